@@ -1,0 +1,75 @@
+// areal-train: parse -> validate -> bootstrap -> run the job -> exit code.
+// Logic lives in lib/areal; this file only wires it together.
+#include <exception>
+#include <iostream>
+
+#include "areal/config/cli.h"
+#include "areal/config/emit.h"
+#include "areal/config/loader.h"
+#include "areal/config/validate.h"
+#include "areal/dist/bootstrap.h"
+#include "areal/util/error.h"
+#include "areal/util/log.h"
+
+namespace {
+
+// Parses and validates the command line and config. Returns an exit code when the
+// program is done (help, --print-config, errors), or -1 to go on and run the job.
+int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
+  try {
+    areal::CommandLine cli = areal::parse_command_line(argc, argv);
+    if (cli.help || cli.cli_reference) {
+      if (is_rank0) std::cout << (cli.help ? cli.help_text : areal::cli_reference_markdown());
+      return areal::kExitOk;
+    }
+    cfg = areal::load_config(cli.config_path, cli.overrides);
+    areal::log::parse_level(cfg.log.level);
+    areal::validate_config(cfg);
+    if (cli.print_config) {
+      if (is_rank0) std::cout << areal::config_to_yaml(cfg);
+      return areal::kExitOk;
+    }
+    return -1;
+  } catch (const areal::ConfigError& e) {
+    // Every rank parses the same input and fails alike: rank 0 speaks for all.
+    if (is_rank0) areal::log::error(e.what());
+    return areal::kExitConfigError;
+  }
+}
+
+int run_job(const areal::Config& cfg) {
+  areal::RankInfo me = areal::bootstrap(cfg);
+  areal::log::configure(me.rank, me.world_size, cfg.log.level, cfg.log.all_ranks);
+  areal::log::info(areal::cat("bootstrap: world_size=", me.world_size, ", NCCL ", areal::nccl_version(),
+                              ", allocation_mode=", cfg.allocation_mode));
+  std::string placement = areal::placement_table(me);
+  areal::log::info("placement:" + placement);
+  areal::log::info("staged initialization and training are not implemented yet; nothing more to run");
+  areal::finalize();
+  return areal::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const areal::log::LauncherRank launcher = areal::log::launcher_rank();
+  const bool is_rank0 = launcher.rank == 0;
+  areal::log::configure(launcher.rank, launcher.world_size, "info", false);
+
+  areal::Config cfg;
+  if (int code = prepare(argc, argv, cfg, is_rank0); code >= 0) return code;
+  areal::log::configure(launcher.rank, launcher.world_size, cfg.log.level, cfg.log.all_ranks);
+
+  try {
+    return run_job(cfg);
+  } catch (const areal::ConfigError& e) {
+    // Raised on every rank alike (see bootstrap): print once, leave together.
+    if (is_rank0) areal::log::error(e.what());
+    areal::finalize();
+    return areal::kExitConfigError;
+  } catch (const std::exception& e) {
+    // One rank failed on its own: say so with its rank, and take the job down.
+    areal::log::error(areal::cat("fatal: ", e.what()));
+    areal::abort_job(areal::kExitRuntimeError);
+  }
+}

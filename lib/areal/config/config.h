@@ -1,0 +1,155 @@
+// The typed configuration of one areal-train run.
+//
+// Field names are the option names: `cfg.fsdp.memory_efficient_load` is the option
+// `fsdp.memory_efficient_load`. The in-class initializers ARE the defaults; the schema
+// (schema.cpp) adds the doc line and the allowed values for each field, and everything
+// else (YAML, CLI flags, --help, --print-config, docs/cli_reference.md) is derived
+// from those two. Library code and tests build a Config directly:
+//
+//   areal::Config cfg;                      // all defaults
+//   cfg.fsdp.memory_efficient_load = true;
+//
+// Names and defaults follow AReaL's cli_args.py where the concept is the same.
+// "0" stands for AReaL's `None` in optional numeric options (documented per option).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace areal {
+
+struct FsdpWrapPolicy {
+  // Empty: one unit per decoder layer of the model (the only policy so far).
+  std::vector<std::string> transformer_layer_cls_to_wrap;
+};
+
+struct FsdpConfig {
+  bool memory_efficient_load = false;
+  bool reshard_after_forward = true;
+  bool offload_params = false;
+  FsdpWrapPolicy wrap_policy;
+};
+
+struct OptimizerConfig {
+  std::string type = "adam";
+  double lr = 2e-5;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  std::string lr_scheduler_type = "constant";
+  double warmup_steps_proportion = 0.001;
+  double min_lr_ratio = 0.0;
+  double gradient_clipping = 1.0;
+};
+
+struct NormConfig {
+  std::string mean_level = "batch";
+  bool mean_leave1out = false;
+  std::string std_level = "batch";
+  bool std_unbiased = true;
+  double eps = 1e-5;
+};
+
+struct ActorConfig {
+  std::string dtype = "bfloat16";
+  std::string grad_reduce_dtype = "float32";
+  bool gradient_checkpointing = true;
+  int64_t mb_max_tokens_per_mb = 0;  // 0: one micro-batch per minibatch
+  bool use_lora = false;
+  int64_t lora_rank = 32;
+  int64_t lora_alpha = 16;
+  std::vector<std::string> target_modules = {"all-linear"};
+  int64_t group_size = 1;
+  int64_t ppo_n_minibatches = 4;
+  double eps_clip = 0.2;
+  double eps_clip_higher = 0.0;  // 0: symmetric clipping
+  double c_clip = 0.0;           // 0: no dual clip
+  double temperature = 1.0;
+  double reward_scaling = 1.0;
+  double reward_bias = 0.0;
+  double reward_clip = 20.0;
+  NormConfig adv_norm;
+  double kl_ctl = 0.1;
+  std::string kl_estimator = "k1";
+  double discount = 1.0;
+  double gae_lambda = 1.0;
+  bool recompute_logprob = false;
+};
+
+struct GenerationConfig {
+  int64_t n_samples = 1;
+  int64_t max_new_tokens = 16384;
+  int64_t min_new_tokens = 0;
+  bool greedy = false;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 100000000;
+  std::vector<int64_t> stop_token_ids;
+};
+
+struct DatasetConfig {
+  std::string path;
+  std::string type = "rl";
+  int64_t batch_size = 1;
+  bool shuffle = true;
+  bool drop_last = true;
+  int64_t max_length = 0;  // 0: no limit
+};
+
+struct SaverConfig {
+  int64_t freq_epochs = 0;  // 0: never
+  int64_t freq_steps = 0;
+  int64_t freq_secs = 0;
+};
+
+struct RecoverConfig {
+  std::string mode = "disabled";
+  int64_t freq_epochs = 0;
+  int64_t freq_steps = 0;
+  int64_t freq_secs = 3600;
+  int64_t retries = 3;
+};
+
+struct TensorBoardConfig {
+  std::string path;  // empty: no TensorBoard output
+};
+
+struct StatsLoggerConfig {
+  TensorBoardConfig tensorboard;
+};
+
+struct ClusterConfig {
+  std::string fileroot = "/tmp/areal";
+};
+
+struct LogConfig {
+  std::string level = "info";
+  bool all_ranks = false;
+};
+
+struct Config {
+  std::string experiment_name = "areal-train";
+  std::string trial_name = "trial0";
+  std::string model_path;
+  bool init_from_scratch = false;
+  std::string allocation_mode = "static";
+  std::string device = "auto";
+  int64_t seed = 1;
+  int64_t total_train_epochs = 1;
+  int64_t total_train_steps = 0;  // 0: no limit beyond total_train_epochs
+
+  ClusterConfig cluster;
+  FsdpConfig fsdp;
+  OptimizerConfig optimizer;
+  ActorConfig actor;
+  GenerationConfig gconfig;
+  DatasetConfig train_dataset;
+  SaverConfig saver;
+  RecoverConfig recover;
+  StatsLoggerConfig stats_logger;
+  LogConfig log;
+};
+
+}  // namespace areal

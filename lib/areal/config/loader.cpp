@@ -1,0 +1,198 @@
+#include "areal/config/loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "areal/config/schema.h"
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+// Option name -> its raw value, with the later layers replacing the earlier ones.
+using Layer = std::map<std::string, RawValue>;
+
+std::string mark_of(const std::string& source, const YAML::Mark& mark) {
+  return cat(source, ":", mark.line + 1, ":", mark.column + 1);
+}
+
+// True when `prefix` is a group of options ("fsdp", "fsdp.wrap_policy").
+bool is_group(const std::string& prefix) {
+  for (const auto& spec : option_schema())
+    if (starts_with(spec.name, prefix + ".")) return true;
+  return false;
+}
+
+// Walks nested YAML maps, turning `fsdp: {memory_efficient_load: true}` into
+// "fsdp.memory_efficient_load" -> "true" with the position of the value.
+void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& source, Layer& layer) {
+  for (const auto& entry : node) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    const YAML::Node& value = entry.second;
+    const std::string where = mark_of(source, entry.first.Mark());
+    if (value.IsMap()) {
+      if (!is_group(name)) {
+        if (find_option(name))
+          throw ConfigError(cat(where, ": option '", name, "' takes a ",
+                                type_name(find_option(name)->type), " value, not a map"));
+        throw ConfigError(cat(where, ": unknown group '", name, "'", suggest_option(name)));
+      }
+      flatten_yaml(value, name, source, layer);
+      continue;
+    }
+    if (!find_option(name)) {
+      std::string what = is_group(name) ? "is a group of options and needs a map of them" : "is not an option";
+      throw ConfigError(cat(where, ": '", name, "' ", what, suggest_option(name)));
+    }
+    RawValue raw;
+    raw.origin = mark_of(source, value.Mark());
+    if (value.IsNull()) throw ConfigError(cat(where, ": option '", name, "' has no value"));
+    if (value.IsSequence()) {
+      raw.is_list = true;
+      for (const auto& item : value) {
+        if (!item.IsScalar())
+          throw ConfigError(cat(mark_of(source, item.Mark()), ": option '", name, "': list items must be scalars"));
+        raw.items.push_back(item.Scalar());
+      }
+    } else {
+      raw.items.push_back(value.Scalar());
+    }
+    layer[name] = raw;
+  }
+}
+
+Layer read_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(cat(mark_of(source, e.mark), ": malformed YAML: ", e.msg));
+  }
+  Layer layer;
+  if (root.IsNull()) return layer;  // an empty file
+  if (!root.IsMap()) throw ConfigError(cat(source, ": the top level must be a map of options"));
+  flatten_yaml(root, "", source, layer);
+  return layer;
+}
+
+// A CLI value is a list when its option is one: "a,b" or "[a, b]"; "[]" is empty.
+RawValue raw_from_cli(const OptionSpec& spec, const std::string& value) {
+  RawValue raw;
+  raw.origin = "command line";
+  bool list_type = spec.type == OptionType::StringList || spec.type == OptionType::IntList;
+  if (!list_type) {
+    raw.items.push_back(value);
+    return raw;
+  }
+  raw.is_list = true;
+  std::string body = trim(value);
+  if (body.size() >= 2 && body.front() == '[' && body.back() == ']') body = trim(body.substr(1, body.size() - 2));
+  if (!body.empty())
+    for (const auto& item : split(body, ',')) raw.items.push_back(trim(item));
+  return raw;
+}
+
+// ---- ${dotted.key} references ------------------------------------------------------
+
+class Resolver {
+ public:
+  explicit Resolver(Layer& layer) : layer_(layer) {}
+
+  void resolve_all() {
+    for (auto& [name, raw] : layer_) resolve(name);
+  }
+
+ private:
+  // The final text of a scalar option, resolving its own references first.
+  std::string scalar_text(const std::string& name, const std::string& referrer, const std::string& origin) {
+    const OptionSpec* spec = find_option(name);
+    if (!spec)
+      throw ConfigError(cat(origin, ": option '", referrer, "' refers to ${", name, "}, which is not an option",
+                            suggest_option(name)));
+    if (spec->type == OptionType::StringList || spec->type == OptionType::IntList)
+      throw ConfigError(cat(origin, ": option '", referrer, "' refers to ${", name, "}, which is a list"));
+    auto it = layer_.find(name);
+    if (it == layer_.end()) return spec->format(Config{});  // not set: the default
+    resolve(name);
+    return it->second.items.at(0);
+  }
+
+  void resolve(const std::string& name) {
+    if (done_.count(name)) return;
+    if (std::find(stack_.begin(), stack_.end(), name) != stack_.end()) {
+      std::vector<std::string> cycle(std::find(stack_.begin(), stack_.end(), name), stack_.end());
+      cycle.push_back(name);
+      throw ConfigError(cat(layer_.at(name).origin, ": option '", name, "': reference cycle ", join(cycle, " -> ")));
+    }
+    stack_.push_back(name);
+    RawValue& raw = layer_.at(name);
+    for (auto& item : raw.items) item = substitute(item, name, raw.origin);
+    stack_.pop_back();
+    done_.insert(name);
+  }
+
+  std::string substitute(const std::string& text, const std::string& name, const std::string& origin) {
+    std::string out;
+    size_t pos = 0;
+    while (true) {
+      size_t open = text.find("${", pos);
+      if (open == std::string::npos) break;
+      size_t close = text.find('}', open);
+      if (close == std::string::npos)
+        throw ConfigError(cat(origin, ": option '", name, "': unterminated reference in '", text, "'"));
+      out += text.substr(pos, open - pos);
+      out += scalar_text(trim(text.substr(open + 2, close - open - 2)), name, origin);
+      pos = close + 1;
+    }
+    return out + text.substr(pos);
+  }
+
+  Layer& layer_;
+  std::vector<std::string> stack_;
+  std::set<std::string> done_;
+};
+
+Config build(Layer layer, const std::vector<Override>& overrides) {
+  for (const auto& o : overrides) {
+    const OptionSpec* spec = find_option(o.key);
+    if (!spec) {
+      std::string what = is_group(o.key) ? "is a group, not an option" : "is not an option";
+      throw ConfigError(cat("command line: '", o.key, "' ", what, suggest_option(o.key)));
+    }
+    layer[o.key] = raw_from_cli(*spec, o.value);
+  }
+  Resolver(layer).resolve_all();
+  Config cfg;
+  for (const auto& spec : option_schema()) {
+    auto it = layer.find(spec.name);
+    if (it != layer.end()) spec.assign(cfg, it->second);
+  }
+  return cfg;
+}
+
+}  // namespace
+
+Config load_config_text(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<Override>& overrides) {
+  return build(read_yaml(yaml_text, source_name), overrides);
+}
+
+Config load_config(const std::string& yaml_path, const std::vector<Override>& overrides) {
+  if (yaml_path.empty()) return build({}, overrides);
+  std::ifstream file(yaml_path);
+  if (!std::filesystem::is_regular_file(yaml_path) || !file)
+    throw ConfigError(cat("--config: cannot read config file '", yaml_path, "'",
+                          std::filesystem::exists(yaml_path) ? "" : " (no such file)"));
+  std::stringstream text;
+  text << file.rdbuf();
+  return load_config_text(text.str(), yaml_path, overrides);
+}
+
+}  // namespace areal

@@ -1,0 +1,321 @@
+// THE place where options are declared. One line (plus its doc) per option; the
+// default is the in-class initializer in config.h, the type is the field's type.
+#include "areal/config/schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <type_traits>
+
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+// ---- typing text values ---------------------------------------------------------
+
+[[noreturn]] void bad_value(const std::string& name, const RawValue& raw, const std::string& text,
+                            const std::string& why) {
+  throw ConfigError(cat(raw.origin, ": option '", name, "': '", text, "' ", why));
+}
+
+bool parse_scalar(const std::string& name, const RawValue& raw, const std::string& text, bool*) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "true" || lower == "yes" || lower == "on" || lower == "1") return true;
+  if (lower == "false" || lower == "no" || lower == "off" || lower == "0") return false;
+  bad_value(name, raw, text, "is not a boolean (use true or false)");
+}
+
+int64_t parse_scalar(const std::string& name, const RawValue& raw, const std::string& text, int64_t*) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) bad_value(name, raw, text, "is out of the range of a 64-bit integer");
+  if (ec != std::errc() || end != text.data() + text.size()) bad_value(name, raw, text, "is not an integer");
+  return value;
+}
+
+double parse_scalar(const std::string& name, const RawValue& raw, const std::string& text, double*) {
+  double value = 0;
+  const char* begin = text.data() + (!text.empty() && text[0] == '+');
+  auto [end, ec] = std::from_chars(begin, text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    bad_value(name, raw, text, "is not a number");
+  if (!std::isfinite(value)) bad_value(name, raw, text, "is not a finite number");
+  return value;
+}
+
+std::string parse_scalar(const std::string&, const RawValue&, const std::string& text, std::string*) {
+  return text;
+}
+
+std::string format_scalar(bool v) { return v ? "true" : "false"; }
+std::string format_scalar(int64_t v) { return std::to_string(v); }
+std::string format_scalar(const std::string& v) { return v; }
+std::string format_scalar(double v) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);  // shortest exact form
+  std::string text(buffer, end);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";  // keep it visibly a float
+  return text;
+}
+
+template <typename T> struct TypeOf;
+template <> struct TypeOf<bool> { static constexpr OptionType value = OptionType::Bool; };
+template <> struct TypeOf<int64_t> { static constexpr OptionType value = OptionType::Int; };
+template <> struct TypeOf<double> { static constexpr OptionType value = OptionType::Float; };
+template <> struct TypeOf<std::string> { static constexpr OptionType value = OptionType::String; };
+template <> struct TypeOf<std::vector<std::string>> { static constexpr OptionType value = OptionType::StringList; };
+template <> struct TypeOf<std::vector<int64_t>> { static constexpr OptionType value = OptionType::IntList; };
+
+template <typename T> struct IsVector : std::false_type {};
+template <typename T> struct IsVector<std::vector<T>> : std::true_type { using Item = T; };
+
+// Choices and range apply to every item of a value.
+template <typename T>
+void check_constraints(const OptionSpec& spec, const RawValue& raw, const std::string& text, const T& value) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end())
+      bad_value(spec.name, raw, text, cat("is not allowed (", describe_constraint(spec), ")"));
+  } else if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    double v = static_cast<double>(value);
+    bool below = spec.min && (spec.min_exclusive ? v <= *spec.min : v < *spec.min);
+    bool above = spec.max && v > *spec.max;
+    if (below || above) bad_value(spec.name, raw, text, cat("is out of range (must be ", describe_constraint(spec), ")"));
+  }
+}
+
+// Declaration helper: OPTION(fsdp.memory_efficient_load).doc("...") binds the
+// dotted name to the Config member of the same path.
+struct Decl {
+  OptionSpec spec;
+  Decl& doc(std::string text) { spec.doc = std::move(text); return *this; }
+  Decl& choices(std::vector<std::string> values) { spec.choices = std::move(values); return *this; }
+  Decl& at_least(double lo) { spec.min = lo; return *this; }
+  Decl& positive() { spec.min = 0; spec.min_exclusive = true; return *this; }
+  Decl& range(double lo, double hi) { spec.min = lo; spec.max = hi; return *this; }
+  Decl& planned(std::string feature) { spec.not_implemented = std::move(feature); return *this; }
+};
+
+template <typename Access>
+Decl make_option(const char* name, Access access) {
+  using T = std::remove_cvref_t<decltype(access(std::declval<Config&>()))>;
+  Decl decl;
+  decl.spec.name = name;
+  decl.spec.type = TypeOf<T>::value;
+  decl.spec.assign = [access, name](Config& cfg, const RawValue& raw) {
+    const OptionSpec& spec = *find_option(name);
+    if constexpr (IsVector<T>::value) {
+      using Item = typename IsVector<T>::Item;
+      T values;
+      for (const auto& text : raw.items) {
+        Item v = parse_scalar(spec.name, raw, text, static_cast<Item*>(nullptr));
+        check_constraints(spec, raw, text, v);
+        values.push_back(v);
+      }
+      access(cfg) = values;
+    } else {
+      if (raw.is_list || raw.items.size() != 1)
+        throw ConfigError(cat(raw.origin, ": option '", spec.name, "' takes one ", type_name(spec.type),
+                              " value, not a list"));
+      T v = parse_scalar(spec.name, raw, raw.items[0], static_cast<T*>(nullptr));
+      check_constraints(spec, raw, raw.items[0], v);
+      access(cfg) = v;
+    }
+  };
+  decl.spec.items = [access](const Config& cfg) {
+    std::vector<std::string> out;
+    if constexpr (IsVector<T>::value) {
+      for (const auto& v : access(cfg)) out.push_back(format_scalar(v));
+    } else {
+      out.push_back(format_scalar(access(cfg)));
+    }
+    return out;
+  };
+  decl.spec.format = [items = decl.spec.items](const Config& cfg) {
+    if constexpr (IsVector<T>::value) return "[" + join(items(cfg), ", ") + "]";
+    else return items(cfg)[0];
+  };
+  return decl;
+}
+
+#define OPTION(path) make_option(#path, [](auto& cfg) -> auto& { return cfg.path; })
+
+std::vector<OptionSpec> declare_options() {
+  const std::vector<std::string> dtypes = {"bfloat16", "float16", "float32"};
+  const std::string lora = "LoRA adapters (issue 5)";
+  std::vector<Decl> d = {
+      // ---- the run ----
+      OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
+      OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),
+      OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from."),
+      OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
+      OPTION(allocation_mode)
+          .doc("How ranks are used: `static` (every rank trains and generates) or AReaL's training-side "
+               "spelling `fsdp:dN` / `dN` (N must equal the world size)."),
+      OPTION(device).doc("Device of each rank: `auto` (cuda:<local_rank> when CUDA is available, else cpu), "
+                         "`cuda` or `cpu`.")
+          .choices({"auto", "cuda", "cpu"}),
+      OPTION(seed).doc("Random seed for initialization, data order and sampling.").at_least(0),
+      OPTION(total_train_epochs).doc("Number of passes over the training dataset.").at_least(1),
+      OPTION(total_train_steps).doc("Stop after this many training steps (0: no limit beyond the epochs).").at_least(0),
+
+      OPTION(cluster.fileroot).doc("Root directory for checkpoints, recovery state and logs."),
+
+      // ---- FSDP engine ----
+      OPTION(fsdp.memory_efficient_load)
+          .doc("Rank 0 streams the checkpoint tensor by tensor and sends each rank its shard; no rank holds "
+               "the whole model. Cannot be combined with `init_from_scratch`."),
+      OPTION(fsdp.reshard_after_forward).doc("Free each unit's gathered weights after its forward pass."),
+      OPTION(fsdp.offload_params).doc("Keep parameter shards in host memory between uses.")
+          .planned("parameter offloading"),
+      OPTION(fsdp.wrap_policy.transformer_layer_cls_to_wrap)
+          .doc("Module classes that form one FSDP unit each (empty: every decoder layer).")
+          .planned("custom FSDP wrap policies"),
+
+      // ---- optimizer ----
+      OPTION(optimizer.type).doc("Optimizer.").choices({"adam"}),
+      OPTION(optimizer.lr).doc("Peak learning rate.").at_least(0),
+      OPTION(optimizer.weight_decay).doc("Decoupled weight decay (AdamW).").at_least(0),
+      OPTION(optimizer.beta1).doc("Adam beta1.").range(0, 1),
+      OPTION(optimizer.beta2).doc("Adam beta2.").range(0, 1),
+      OPTION(optimizer.eps).doc("Adam epsilon.").positive(),
+      OPTION(optimizer.lr_scheduler_type).doc("Learning-rate schedule after warm-up.")
+          .choices({"constant", "linear", "cosine"}),
+      OPTION(optimizer.warmup_steps_proportion).doc("Share of all training steps spent in linear warm-up.")
+          .range(0, 1),
+      OPTION(optimizer.min_lr_ratio).doc("Final learning rate as a share of the peak (linear, cosine).")
+          .range(0, 1),
+      OPTION(optimizer.gradient_clipping).doc("Clip the global gradient norm to this value (0: no clipping).")
+          .at_least(0),
+
+      // ---- actor (the policy being trained) ----
+      OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
+          .choices(dtypes),
+      OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),
+      OPTION(actor.gradient_checkpointing).doc("Recompute each unit's forward in backward instead of keeping "
+                                               "activations."),
+      OPTION(actor.mb_max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
+                                             "tokens (0: one micro-batch).").at_least(0),
+      OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights.").planned(lora),
+      OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1).planned(lora),
+      OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1).planned(lora),
+      OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters (`all-linear` or module names).")
+          .planned(lora),
+      OPTION(actor.group_size).doc("Answers per prompt that form one group for advantage normalization.")
+          .at_least(1),
+      OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1),
+      OPTION(actor.eps_clip).doc("PPO clipping range (ratio within 1 +/- eps_clip).").positive(),
+      OPTION(actor.eps_clip_higher).doc("Upper clipping range if different from eps_clip (0: same).").at_least(0),
+      OPTION(actor.c_clip).doc("Dual-clip bound for negative advantages, > 1 (0: off).").at_least(0),
+      OPTION(actor.temperature).doc("Temperature applied to logits when computing log-probabilities.").positive(),
+      OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive(),
+      OPTION(actor.reward_bias).doc("Added to every reward before scaling."),
+      OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive(),
+      OPTION(actor.adv_norm.mean_level).doc("Subtract the advantage mean over the `batch`, the `group`, or `none`.")
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean."),
+      OPTION(actor.adv_norm.std_level).doc("Divide by the advantage std over the `batch`, the `group`, or `none`.")
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.adv_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation."),
+      OPTION(actor.adv_norm.eps).doc("Added to the std before dividing.").positive(),
+      OPTION(actor.kl_ctl).doc("Weight of the KL penalty to the reference model (0: no reference).").at_least(0),
+      OPTION(actor.kl_estimator).doc("KL estimator.").choices({"k1", "k2", "k3"}),
+      OPTION(actor.discount).doc("Reward discount factor.").range(0, 1),
+      OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1),
+      OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine."),
+
+      // ---- generation ----
+      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
+      OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
+      OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")
+          .at_least(0),
+      OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling."),
+      OPTION(gconfig.temperature).doc("Sampling temperature.").positive(),
+      OPTION(gconfig.top_p).doc("Nucleus sampling: keep the smallest token set with this much probability.")
+          .range(0, 1),
+      OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1),
+      OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS)."),
+
+      // ---- data ----
+      OPTION(train_dataset.path).doc("Training data: a JSONL file, or `builtin:<task>` for a generated task."),
+      OPTION(train_dataset.type).doc("Dataset kind.").choices({"rl"}),
+      OPTION(train_dataset.batch_size).doc("Prompts per rollout batch (over all ranks).").at_least(1),
+      OPTION(train_dataset.shuffle).doc("Shuffle the prompts every epoch (seeded)."),
+      OPTION(train_dataset.drop_last).doc("Drop the last incomplete batch of an epoch."),
+      OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
+
+      // ---- checkpoints, recovery, stats ----
+      OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0),
+      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint every N steps (0: never).").at_least(0),
+      OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0),
+      OPTION(recover.mode).doc("Resume from recovery checkpoints: `disabled`, `auto`, `resume`.")
+          .choices({"disabled", "auto", "resume"})
+          .planned("resumable runs"),
+      OPTION(recover.freq_epochs).doc("Write recovery state every N epochs (0: never).").at_least(0),
+      OPTION(recover.freq_steps).doc("Write recovery state every N steps (0: never).").at_least(0),
+      OPTION(recover.freq_secs).doc("Write recovery state every N seconds (0: never).").at_least(0),
+      OPTION(recover.retries).doc("Times a failed run is resumed before giving up.").at_least(0),
+      OPTION(stats_logger.tensorboard.path).doc("Directory for TensorBoard event files (empty: none).")
+          .planned("TensorBoard output"),
+
+      // ---- logging ----
+      OPTION(log.level).doc("Lowest level logged: debug, info, warn, error.")
+          .choices({"debug", "info", "warn", "error"}),
+      OPTION(log.all_ranks).doc("Log info lines from every rank, not only rank 0."),
+  };
+  std::vector<OptionSpec> specs;
+  for (auto& decl : d) specs.push_back(std::move(decl.spec));
+  return specs;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_schema() {
+  static const std::vector<OptionSpec> specs = declare_options();
+  return specs;
+}
+
+const OptionSpec* find_option(const std::string& name) {
+  for (const auto& spec : option_schema())
+    if (spec.name == name) return &spec;
+  return nullptr;
+}
+
+std::string suggest_option(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& spec : option_schema()) names.push_back(spec.name);
+  std::string best = closest_match(name, names);
+  if (best.empty()) {
+    // A leaf name given without (or under the wrong) group: `lr` -> `optimizer.lr`.
+    std::string leaf = name.substr(name.rfind('.') + 1);
+    for (const auto& candidate : names)
+      if (candidate.substr(candidate.rfind('.') + 1) == leaf) best = candidate;
+  }
+  return best.empty() ? "" : cat(" (did you mean '", best, "'?)");
+}
+
+std::string type_name(OptionType type) {
+  switch (type) {
+    case OptionType::Bool: return "bool";
+    case OptionType::Int: return "int";
+    case OptionType::Float: return "float";
+    case OptionType::String: return "string";
+    case OptionType::StringList: return "list[string]";
+    case OptionType::IntList: return "list[int]";
+  }
+  return "?";
+}
+
+std::string describe_constraint(const OptionSpec& spec) {
+  if (!spec.choices.empty()) return "one of " + join(spec.choices, ", ");
+  auto num = [](double v) { return trim(cat(v)); };
+  if (spec.min && spec.max) return cat("in [", num(*spec.min), ", ", num(*spec.max), "]");
+  if (spec.min) return cat(spec.min_exclusive ? "> " : ">= ", num(*spec.min));
+  if (spec.max) return cat("<= ", num(*spec.max));
+  return "";
+}
+
+}  // namespace areal

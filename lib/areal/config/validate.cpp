@@ -1,0 +1,41 @@
+#include "areal/config/validate.h"
+
+#include <filesystem>
+
+#include "areal/config/allocation.h"
+#include "areal/config/schema.h"
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+
+void validate_config(const Config& cfg) {
+  // A declared option whose feature does not exist yet must not be silently ignored.
+  const Config defaults;
+  for (const auto& spec : option_schema()) {
+    if (!spec.not_implemented.empty() && spec.format(cfg) != spec.format(defaults))
+      throw ConfigError(cat("option '", spec.name, "' = ", spec.format(cfg), ": ", spec.not_implemented,
+                            " is not implemented yet; leave it at its default (", spec.format(defaults), ")"));
+  }
+
+  if (cfg.fsdp.memory_efficient_load && cfg.init_from_scratch)
+    throw ConfigError(
+        "options 'fsdp.memory_efficient_load' and 'init_from_scratch' cannot both be true: "
+        "memory_efficient_load streams weights from model_path, and init_from_scratch loads nothing. "
+        "Set fsdp.memory_efficient_load=false to start from scratch.");
+
+  if (!cfg.init_from_scratch) {
+    if (cfg.model_path.empty())
+      throw ConfigError("option 'model_path' is required (a Hugging Face checkpoint directory), "
+                        "unless init_from_scratch=true");
+    if (!std::filesystem::exists(cfg.model_path))
+      throw ConfigError(cat("option 'model_path': '", cfg.model_path, "' does not exist"));
+  }
+
+  parse_allocation_mode(cfg.allocation_mode);
+
+  if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
+    throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));
+}
+
+}  // namespace areal

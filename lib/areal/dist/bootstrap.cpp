@@ -1,0 +1,136 @@
+#include "areal/dist/bootstrap.h"
+
+#include <mpi.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <vector>
+
+#ifdef AREAL_WITH_NCCL
+#include <nccl.h>
+#endif
+
+#include "areal/config/allocation.h"
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw std::runtime_error(cat(call, " failed: ", std::string(text, length)));
+}
+
+std::string pick_device(const Config& cfg, int local_rank, int local_world_size) {
+  if (cfg.device == "cpu") return "cpu";
+  int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus == 0) {
+    if (cfg.device == "cuda") throw ConfigError("option 'device' = cuda, but this host has no usable CUDA device");
+    return "cpu";
+  }
+  if (local_world_size > gpus)
+    throw ConfigError(cat("device: ", local_world_size, " ranks share a host with ", gpus,
+                          " GPUs; launch at most one rank per GPU, or set device=cpu"));
+  return cat("cuda:", local_rank);
+}
+
+// The checks above may fail on some hosts only (a host without GPUs). Every rank
+// learns of the first failing rank's message, so that all exit alike and rank 0
+// can print it once.
+void raise_on_every_rank(const std::string& problem, int rank, int world_size) {
+  int first_failing = problem.empty() ? world_size : rank;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  if (first_failing == world_size) return;
+  int length = static_cast<int>(problem.size());
+  check_mpi(MPI_Bcast(&length, 1, MPI_INT, first_failing, MPI_COMM_WORLD), "MPI_Bcast");
+  std::string message = problem;
+  message.resize(length);
+  check_mpi(MPI_Bcast(message.data(), length, MPI_CHAR, first_failing, MPI_COMM_WORLD), "MPI_Bcast");
+  throw ConfigError(first_failing == 0 ? message : cat("rank ", first_failing, ": ", message));
+}
+
+}  // namespace
+
+RankInfo bootstrap(const Config& cfg) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  }
+  // Errors come back as codes so that we report them with context, then abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+  RankInfo info;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size), "MPI_Comm_size");
+
+  // Ranks that share memory are on one host: that gives the local rank.
+  MPI_Comm local;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+  MPI_Comm_rank(local, &info.local_rank);
+  MPI_Comm_size(local, &info.local_world_size);
+  MPI_Comm_free(&local);
+
+  char host[MPI_MAX_PROCESSOR_NAME];
+  int host_length = 0;
+  MPI_Get_processor_name(host, &host_length);
+  info.host.assign(host, host_length);
+
+  std::string problem;
+  try {
+    check_allocation_against_world(parse_allocation_mode(cfg.allocation_mode), cfg.allocation_mode,
+                                   info.world_size);
+    info.device = pick_device(cfg, info.local_rank, info.local_world_size);
+  } catch (const ConfigError& e) {
+    problem = e.what();
+  }
+  raise_on_every_rank(problem, info.rank, info.world_size);
+  return info;
+}
+
+std::string placement_table(const RankInfo& me) {
+  constexpr int kLine = 256;
+  char line[kLine] = {};
+  std::string text = cat("rank ", me.rank, ": host ", me.host, ", local rank ", me.local_rank, "/",
+                         me.local_world_size, ", device ", me.device);
+  text.copy(line, kLine - 1);
+  std::vector<char> all(me.rank == 0 ? static_cast<size_t>(kLine) * me.world_size : 0);
+  check_mpi(MPI_Gather(line, kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Gather");
+  std::string table;
+  for (int r = 0; r < (me.rank == 0 ? me.world_size : 0); ++r) table += cat("\n  ", all.data() + r * kLine);
+  return table;
+}
+
+void finalize() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+void abort_job(int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+std::string nccl_version() {
+#ifdef AREAL_WITH_NCCL
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "unavailable";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return cat(version / 10000, ".", (version / 100) % 100, ".", version % 100);
+#else
+  return "not compiled in";
+#endif
+}
+
+}  // namespace areal

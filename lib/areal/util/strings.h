@@ -1,0 +1,31 @@
+// Small string helpers shared by the config layer and logging.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace areal {
+
+// Concatenates anything that streams: cat("rank ", 3, " of ", 4).
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string trim(std::string_view text);
+std::string join(const std::vector<std::string>& items, std::string_view sep);
+bool starts_with(std::string_view text, std::string_view prefix);
+
+// Levenshtein distance (insert, delete, substitute; each costs 1).
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate closest to `name` by edit distance, or "" when none is close enough
+// to be a plausible typo (distance above a third of the name's length, at least 2).
+std::string closest_match(std::string_view name, const std::vector<std::string>& candidates);
+
+}  // namespace areal

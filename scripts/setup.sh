@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what areal-train needs to build and run. Idempotent: a second run only
+# checks and returns in seconds. The Python virtual environment (with the torch
+# wheel that provides LibTorch) lives OUTSIDE the checkout so that a fresh clone
+# reuses it instead of downloading ~4 GB again.
+#
+#   AREAL_VENV   where the virtual environment lives (default ~/.cache/areal-train/venv)
+#   AREAL_TORCH  the torch version to pin (default below; its CUDA must match the toolkit)
+set -euo pipefail
+
+AREAL_VENV="${AREAL_VENV:-$HOME/.cache/areal-train/venv}"
+AREAL_TORCH="${AREAL_TORCH:-2.14.1}"
+
+DEBIAN_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libopenmpi-dev openmpi-bin
+  libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
+)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  # apt-get update only when the package lists are absent or older than a day.
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n1)" ]; then
+    $SUDO apt-get update -qq
+  fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$AREAL_VENV/bin/python" ]; then
+  log "creating virtual environment $AREAL_VENV"
+  mkdir -p "$(dirname "$AREAL_VENV")"
+  python3 -m venv "$AREAL_VENV"
+fi
+if ! "$AREAL_VENV/bin/python" -c "import numpy, torch, sys; sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH')" 2>/dev/null; then
+  log "installing torch==$AREAL_TORCH into $AREAL_VENV (about 4 GB the first time)"
+  "$AREAL_VENV/bin/pip" install -q --upgrade pip
+  "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" numpy
+fi
+log "ready: Debian packages present, torch $AREAL_TORCH in $AREAL_VENV"

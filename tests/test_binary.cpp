@@ -1,0 +1,143 @@
+// The real areal-train binary: exit codes and messages, alone and under mpirun.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  std::string stdout_only;
+};
+
+// Runs `args` through the shell from the source directory; stderr is captured
+// separately so that --print-config output can be compared byte for byte.
+Result run(const std::string& args) {
+  auto stderr_path = std::filesystem::temp_directory_path() / ("areal_test_stderr_" + std::to_string(::getpid()));
+  std::string command = "cd " AREAL_SOURCE_DIR " && " + args + " 2>" + stderr_path.string();
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.stdout_only.append(buffer, n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream err(stderr_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  std::filesystem::remove(stderr_path);
+  result.output = result.stdout_only + text.str();
+  return result;
+}
+
+const std::string kBin = AREAL_TRAIN_BIN;
+const std::string kMpirun2 = std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  auto path = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  std::ofstream(path) << content;
+  return path.string();
+}
+
+}  // namespace
+
+TEST_CASE("binary: memory_efficient_load with init_from_scratch exits 2 naming both", "[binary]") {
+  Result r = run(kBin + " --fsdp.memory_efficient_load true --init_from_scratch true");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Contains("fsdp.memory_efficient_load") && Contains("init_from_scratch"));
+}
+
+TEST_CASE("binary: a misspelt option exits 2 with a suggestion", "[binary]") {
+  Result r = run(kBin + " --fsdp.memory_efficent_load true");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Contains("did you mean 'fsdp.memory_efficient_load'"));
+}
+
+TEST_CASE("binary: --print-config output fed back with --config prints the same text", "[binary]") {
+  Result first = run(kBin + " --print-config --config configs/demo.yaml --optimizer.lr 1e-4");
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.stdout_only, Contains("lr: 1e-04"));
+  std::string path = temp_file("printed.yaml", first.stdout_only);
+  Result second = run(kBin + " --print-config --config " + path);
+  CHECK(second.exit_code == 0);
+  CHECK(second.stdout_only == first.stdout_only);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("binary: --help and --cli-reference", "[binary]") {
+  Result help = run(kBin + " --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.stdout_only, Contains("--optimizer.lr") && Contains("--gconfig.n_samples"));
+  Result ref = run(kBin + " --cli-reference");
+  CHECK(ref.exit_code == 0);
+  CHECK_THAT(ref.stdout_only, Contains("| `fsdp.memory_efficient_load` | bool | `false`"));
+}
+
+TEST_CASE("binary: bad config files exit 2 with a clear message", "[binary]") {
+  Result missing = run(kBin + " --config /no/such.yaml");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Contains("/no/such.yaml") && Contains("no such file"));
+
+  std::string bad = temp_file("bad.yaml", "seed: 1\noptimizer: [lr: 1\n");
+  Result malformed = run(kBin + " --config " + bad);
+  CHECK(malformed.exit_code == 2);
+  CHECK_THAT(malformed.output, Contains(bad + ":") && Contains("malformed YAML"));
+  std::filesystem::remove(bad);
+
+  Result type = run(kBin + " --optimizer.lr fast --init_from_scratch true");
+  CHECK(type.exit_code == 2);
+  CHECK_THAT(type.output, Contains("'fast' is not a number"));
+
+  Result path = run(kBin + " --model_path /no/model/here");
+  CHECK(path.exit_code == 2);
+  CHECK_THAT(path.output, Contains("'/no/model/here' does not exist"));
+}
+
+TEST_CASE("binary: runs as a single process", "[binary][mpi]") {
+  Result r = run(kBin + " --init_from_scratch true");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[r0/1]") && Contains("world_size=1") && Contains("rank 0: host"));
+}
+
+TEST_CASE("binary: under mpirun -np 2 every rank bootstraps and rank 0 reports", "[binary][mpi]") {
+  Result r = run(kMpirun2 + " --init_from_scratch true");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[r0/2]") && Contains("world_size=2"));
+  CHECK_THAT(r.output, Contains("rank 0: host") && Contains("rank 1: host") && Contains("local rank 1/2"));
+  CHECK(count(r.output, "world_size=2") == 1);  // rank 1 stays quiet at info level
+}
+
+TEST_CASE("binary: under mpirun -np 2 a config error is printed once and the job exits non-zero", "[binary][mpi]") {
+  Result r = run(kMpirun2 + " --fsdp.memory_efficient_load true --init_from_scratch true");
+  CHECK(r.exit_code != 0);
+  CHECK(count(r.output, "cannot both be true") == 1);
+
+  Result print = run(kMpirun2 + " --print-config --init_from_scratch true");
+  CHECK(print.exit_code == 0);
+  CHECK(count(print.stdout_only, "memory_efficient_load:") == 1);
+}
+
+TEST_CASE("binary: allocation_mode is checked against the world size", "[binary][mpi]") {
+  Result wrong = run(kMpirun2 + " --init_from_scratch true --allocation_mode fsdp:d4");
+  CHECK(wrong.exit_code != 0);
+  CHECK(count(wrong.output, "asks for 4 data-parallel ranks but the job has 2") == 1);
+  Result right = run(kMpirun2 + " --init_from_scratch true --allocation_mode d2");
+  CHECK(right.exit_code == 0);
+}
