@@ -4,6 +4,8 @@ AREAL_VENV="${AREAL_VENV:-$HOME/.cache/areal-train/venv}"
 AREAL_BUILD="${AREAL_BUILD:-$AREAL_ROOT/build}"
 AREAL_BIN="$AREAL_BUILD/app/areal-train"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths relative to the checkout in the cache key: a fresh clone elsewhere still hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$AREAL_ROOT}"
 # mpirun on one machine with 2 cores: oversubscribe; containers and CI run as root.
 AREAL_MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" -eq 0 ] && AREAL_MPIRUN+=(--allow-run-as-root)

@@ -141,3 +141,18 @@ TEST_CASE("binary: allocation_mode is checked against the world size", "[binary]
   Result right = run(kMpirun2 + " --init_from_scratch true --allocation_mode d2");
   CHECK(right.exit_code == 0);
 }
+
+TEST_CASE("binary: log.all_ranks lets every rank log info lines, log.level filters", "[binary][mpi]") {
+  Result quiet = run(kMpirun2 + " --init_from_scratch true");
+  CHECK(quiet.exit_code == 0);
+  CHECK(count(quiet.output, "[r1/2]") == 0);
+  Result all = run(kMpirun2 + " --init_from_scratch true --log.all_ranks true");
+  CHECK(all.exit_code == 0);
+  CHECK(count(all.output, "[r1/2]") > 0);
+  Result warn_only = run(kBin + " --init_from_scratch true --log.level warn");
+  CHECK(warn_only.exit_code == 0);
+  CHECK(count(warn_only.output, " info ") == 0);
+  Result bad = run(kBin + " --init_from_scratch true --log.level loud");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("'loud' is not allowed"));
+}

@@ -91,7 +91,7 @@ TEST_CASE("defaults follow AReaL where the concept is the same", "[config]") {
   CHECK(cfg.allocation_mode == "static");
 }
 
-TEST_CASE("YAML nested maps set options; lists load from sequences", "[config]") {
+TEST_CASE("YAML nested maps set options, lists load from sequences", "[config]") {
   Config cfg = from_yaml(R"(
 model_path: /models/qwen
 fsdp:
