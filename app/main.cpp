@@ -1,6 +1,5 @@
 // areal-train: parse -> validate -> bootstrap -> run the job -> exit code.
 // Logic lives in lib/areal; this file only wires it together.
-#include <exception>
 #include <iostream>
 
 #include "areal/config/cli.h"
@@ -60,16 +59,5 @@ int main(int argc, char** argv) {
   if (int code = prepare(argc, argv, cfg, is_rank0); code >= 0) return code;
   areal::log::configure(launcher.rank, launcher.world_size, cfg.log.level, cfg.log.all_ranks);
 
-  try {
-    return run_job(cfg);
-  } catch (const areal::ConfigError& e) {
-    // Raised on every rank alike (see bootstrap): print once, leave together.
-    if (is_rank0) areal::log::error(e.what());
-    areal::finalize();
-    return areal::kExitConfigError;
-  } catch (const std::exception& e) {
-    // One rank failed on its own: say so with its rank, and take the job down.
-    areal::log::error(areal::cat("fatal: ", e.what()));
-    areal::abort_job(areal::kExitRuntimeError);
-  }
+  return areal::run_guarded([&] { return run_job(cfg); });
 }

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -155,4 +156,26 @@ TEST_CASE("binary: log.all_ranks lets every rank log info lines, log.level filte
   Result bad = run(kBin + " --init_from_scratch true --log.level loud");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Contains("'loud' is not allowed"));
+}
+
+TEST_CASE("binary: a rank that throws during a collective ends the job quickly, naming its error",
+          "[binary][mpi][fault]") {
+  auto start = std::chrono::steady_clock::now();
+  Result r = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 3 " AREAL_FAULT_BIN " throw");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);  // not ended by the timeout
+  CHECK(seconds < 30);
+  CHECK_THAT(r.output, Contains("[r1/3]") && Contains("fatal: injected failure on rank 1"));
+  CHECK(count(r.output, "injected failure on rank 1") == 1);
+}
+
+TEST_CASE("binary: a rank killed by SIGKILL ends the job under mpirun", "[binary][mpi][fault]") {
+  auto start = std::chrono::steady_clock::now();
+  Result r = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 3 " AREAL_FAULT_BIN " kill");
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);
+  CHECK(seconds < 30);
+  CHECK_THAT(r.output, Contains("signal 9"));  // mpirun names the dead rank and its signal
 }

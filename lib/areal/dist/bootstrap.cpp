@@ -11,18 +11,17 @@
 #endif
 
 #include "areal/config/allocation.h"
+#include "areal/dist/mpi_check.h"
+#include "areal/util/log.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 namespace {
 
-void check_mpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw std::runtime_error(cat(call, " failed: ", std::string(text, length)));
+std::vector<std::pair<const void*, std::function<void()>>>& abort_hooks() {
+  static std::vector<std::pair<const void*, std::function<void()>>> hooks;
+  return hooks;
 }
 
 std::string pick_device(const Config& cfg, int local_rank, int local_world_size) {
@@ -114,12 +113,38 @@ void finalize() {
   if (initialized && !finalized) MPI_Finalize();
 }
 
+void register_abort_hook(const void* owner, std::function<void()> hook) {
+  abort_hooks().emplace_back(owner, std::move(hook));
+}
+
+void unregister_abort_hook(const void* owner) {
+  auto& hooks = abort_hooks();
+  std::erase_if(hooks, [owner](const auto& entry) { return entry.first == owner; });
+}
+
 void abort_job(int exit_code) {
+  for (auto& [owner, hook] : abort_hooks()) hook();
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);
+}
+
+int run_guarded(const std::function<int()>& job) {
+  try {
+    return job();
+  } catch (const ConfigError& e) {
+    int initialized = 0, rank = log::launcher_rank().rank;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) log::error(e.what());
+    finalize();
+    return kExitConfigError;
+  } catch (const std::exception& e) {
+    log::error(cat("fatal: ", e.what()));
+    abort_job(kExitRuntimeError);
+  }
 }
 
 std::string nccl_version() {

@@ -2,6 +2,7 @@
 // which host, and which device each rank computes on.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "areal/config/config.h"
@@ -29,9 +30,21 @@ std::string placement_table(const RankInfo& me);
 // Ends MPI cleanly (all ranks must call it).
 void finalize();
 
-// Ends the whole job from one rank: MPI_Abort when MPI is running (the launcher
+// Ends the whole job from one rank: runs the abort hooks (NCCL communicators are
+// aborted, not just left behind), then MPI_Abort when MPI is running (the launcher
 // then stops every rank), else std::exit.
 [[noreturn]] void abort_job(int exit_code);
+
+// Hooks that abort_job runs first, keyed by their owner.
+void register_abort_hook(const void* owner, std::function<void()> hook);
+void unregister_abort_hook(const void* owner);
+
+// Runs this rank's part of the job and returns its exit code. What escapes `job`:
+// - a ConfigError, raised alike on every rank (bootstrap makes sure of that): rank 0
+//   prints it once, MPI is finalized, the exit code is 2;
+// - anything else is this rank's own failure: it is logged with the rank's prefix and
+//   the whole job ends through abort_job(1), so no rank waits forever in a collective.
+int run_guarded(const std::function<int()>& job);
 
 // NCCL's version when NCCL support is compiled in, else "not compiled in".
 std::string nccl_version();

@@ -1,0 +1,29 @@
+// What a transport implements for Communicator. Inputs arrive checked (contiguous,
+// matching sizes and dtypes, supported op): a backend only moves bytes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "areal/dist/communicator.h"
+
+namespace areal {
+
+class CommBackend {
+ public:
+  virtual ~CommBackend() = default;
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void scatter(const at::Tensor& flat, at::Tensor& out_shard, int root) = 0;
+  virtual void all_gather(const at::Tensor& shard, at::Tensor& out_full) = 0;
+  virtual void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) = 0;
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  // MPI: MPI_Barrier. NCCL: waits for this rank's queued work; Communicator::barrier
+  // follows it with the MPI barrier, which makes it global.
+  virtual void barrier() = 0;
+  virtual void set_max_message_bytes(int64_t) {}
+};
+
+std::unique_ptr<CommBackend> make_mpi_backend(int rank, int world_size);
+// Defined only when NCCL is compiled in (AREAL_WITH_NCCL).
+std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device);
+
+}  // namespace areal

@@ -1,0 +1,133 @@
+#include "areal/dist/communicator.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "areal/dist/comm_backend.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+bool is_supported(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kDouble: case at::kBFloat16: case at::kHalf:
+    case at::kLong: case at::kInt: case at::kByte:
+      return true;
+    default:
+      return false;
+  }
+}
+
+[[noreturn]] void refuse(const char* call, const std::string& why) {
+  throw std::invalid_argument(cat("Communicator::", call, ": ", why));
+}
+
+void check_tensor(const char* call, const char* what, const at::Tensor& t) {
+  if (!t.defined()) refuse(call, cat(what, " is undefined"));
+  if (!t.is_contiguous()) refuse(call, cat(what, " is not contiguous (call .contiguous() first)"));
+  if (!is_supported(t.scalar_type()))
+    refuse(call, cat(what, " has dtype ", t.scalar_type(),
+                     "; supported: float32, float64, bfloat16, float16, int64, int32, uint8"));
+}
+
+void check_pair(const char* call, const at::Tensor& whole, const char* whole_name, const at::Tensor& part,
+                const char* part_name, int world_size) {
+  if (whole.scalar_type() != part.scalar_type())
+    refuse(call, cat(whole_name, " is ", whole.scalar_type(), " but ", part_name, " is ", part.scalar_type()));
+  if (whole.device() != part.device())
+    refuse(call, cat(whole_name, " is on ", whole.device(), " but ", part_name, " is on ", part.device()));
+  if (whole.numel() != part.numel() * world_size)
+    refuse(call, cat(whole_name, " has ", whole.numel(), " elements; it must have world_size (", world_size,
+                     ") x ", part_name, " (", part.numel(), ") = ", part.numel() * world_size,
+                     " (pad it to a multiple of the world size)"));
+}
+
+void check_op(const char* call, const at::Tensor& t, ReduceOp op) {
+  if (op == ReduceOp::Avg && !at::isFloatingType(t.scalar_type()))
+    refuse(call, cat("average of ", t.scalar_type(), " values is not defined; use Sum and divide"));
+}
+
+void check_root(const char* call, int root, int world_size) {
+  if (root < 0 || root >= world_size) refuse(call, cat("root ", root, " is not a rank of a world of ", world_size));
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+Communicator::Communicator(const RankInfo& me) : rank_(me.rank), world_size_(me.world_size) {
+  mpi_ = make_mpi_backend(rank_, world_size_);
+  if (starts_with(me.device, "cuda")) {
+#ifdef AREAL_WITH_NCCL
+    nccl_ = make_nccl_backend(rank_, world_size_, me.local_rank);
+#else
+    throw std::runtime_error("device is " + me.device + " but areal-train was built without NCCL");
+#endif
+  }
+}
+
+Communicator::~Communicator() = default;
+
+CommBackend& Communicator::backend_for(const at::Tensor& tensor, const char* call) {
+  if (!tensor.is_cuda()) return *mpi_;
+  if (!nccl_) refuse(call, "got a CUDA tensor, but this rank has no NCCL communicator (device=cpu or no NCCL)");
+  return *nccl_;
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root) {
+  check_tensor("broadcast", "tensor", tensor);
+  check_root("broadcast", root, world_size_);
+  backend_for(tensor, "broadcast").broadcast(tensor, root);
+}
+
+void Communicator::scatter(const at::Tensor& flat, at::Tensor& out_shard, int root) {
+  check_tensor("scatter", "out_shard", out_shard);
+  check_root("scatter", root, world_size_);
+  if (rank_ == root) {
+    check_tensor("scatter", "flat", flat);
+    check_pair("scatter", flat, "flat", out_shard, "out_shard", world_size_);
+  }
+  backend_for(out_shard, "scatter").scatter(flat, out_shard, root);
+}
+
+void Communicator::all_gather(const at::Tensor& shard, at::Tensor& out_full) {
+  check_tensor("all_gather", "shard", shard);
+  check_tensor("all_gather", "out_full", out_full);
+  check_pair("all_gather", out_full, "out_full", shard, "shard", world_size_);
+  backend_for(shard, "all_gather").all_gather(shard, out_full);
+}
+
+void Communicator::reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) {
+  check_tensor("reduce_scatter", "flat_in", flat_in);
+  check_tensor("reduce_scatter", "out_shard", out_shard);
+  check_pair("reduce_scatter", flat_in, "flat_in", out_shard, "out_shard", world_size_);
+  check_op("reduce_scatter", flat_in, op);
+  backend_for(flat_in, "reduce_scatter").reduce_scatter(flat_in, out_shard, op);
+}
+
+void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  check_tensor("all_reduce", "tensor", tensor);
+  check_op("all_reduce", tensor, op);
+  backend_for(tensor, "all_reduce").all_reduce(tensor, op);
+}
+
+void Communicator::barrier() {
+  if (nccl_) nccl_->barrier();
+  mpi_->barrier();
+}
+
+void Communicator::set_max_message_bytes(int64_t bytes) {
+  if (bytes < 1) throw std::invalid_argument("Communicator::set_max_message_bytes: must be >= 1");
+  mpi_->set_max_message_bytes(bytes);
+}
+
+}  // namespace areal

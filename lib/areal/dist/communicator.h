@@ -1,0 +1,68 @@
+// The one way ranks talk to each other. The sharded engine and the loader call
+// these methods on flat buffers and never see MPI or NCCL.
+//
+// Each call is collective: every rank calls it, in the same order, with tensors of the
+// same size and dtype. CPU tensors go through MPI, CUDA tensors through NCCL (on its
+// own stream, ordered against the caller's current stream by events).
+//
+// Inputs are checked before any communication (contiguous, sizes, dtypes, devices);
+// a bad input throws std::invalid_argument naming the call and the problem.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+#include "areal/dist/bootstrap.h"
+
+namespace areal {
+
+enum class ReduceOp { Sum, Avg, Max };
+
+// Implemented by the MPI backend and the NCCL backend; see comm_backend.h.
+class CommBackend;
+
+class Communicator {
+ public:
+  // MPI always; NCCL too when `me.device` is a CUDA device and NCCL is compiled in.
+  explicit Communicator(const RankInfo& me);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool has_nccl() const { return nccl_ != nullptr; }
+
+  // `tensor` on every rank becomes root's `tensor`. Any size.
+  void broadcast(at::Tensor& tensor, int root);
+  // Root's `flat` (world_size * shard elements; ignored elsewhere, may be undefined)
+  // is cut in equal chunks; rank r receives chunk r into `out_shard`.
+  void scatter(const at::Tensor& flat, at::Tensor& out_shard, int root);
+  // Rank r's `shard` lands at [r * shard, (r + 1) * shard) of every rank's `out_full`.
+  void all_gather(const at::Tensor& shard, at::Tensor& out_full);
+  // Element-wise reduction of every rank's `flat_in` (world_size * shard elements);
+  // rank r keeps chunk r in `out_shard`.
+  void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op);
+  // Element-wise reduction of `tensor` over all ranks, in place. Any size.
+  void all_reduce(at::Tensor& tensor, ReduceOp op);
+  // Returns when every rank has called it (and this rank's pending NCCL work is done).
+  void barrier();
+
+  // The MPI path splits messages above this many bytes (MPI counts are int).
+  // Tests lower it to exercise the splitting on small buffers.
+  void set_max_message_bytes(int64_t bytes);
+
+ private:
+  CommBackend& backend_for(const at::Tensor& tensor, const char* call);
+
+  int rank_ = 0;
+  int world_size_ = 1;
+  std::unique_ptr<CommBackend> mpi_;
+  std::unique_ptr<CommBackend> nccl_;
+};
+
+const char* reduce_op_name(ReduceOp op);
+
+}  // namespace areal

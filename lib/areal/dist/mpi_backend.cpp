@@ -1,0 +1,163 @@
+// The CPU transport: MPI on flat host buffers.
+//
+// MPI counts are `int`, so every call is split into messages of at most
+// max_message_bytes (1 GiB by default). For all_gather and scatter a block of a
+// chunk is described by a datatype whose extent is the whole shard, so each rank's
+// piece lands in place without staging copies.
+//
+// bfloat16 and float16 are reduced in float32: each rank's values are widened, MPI
+// sums in float32, and the result is rounded to 16 bits once at the end. Summing in
+// 16 bits (a custom MPI op) would round after every addition and lose the small
+// terms next to large ones; the price is a float32 staging copy of the reduced chunk.
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <algorithm>
+
+#include "areal/dist/comm_backend.h"
+#include "areal/dist/mpi_check.h"
+
+namespace areal {
+namespace {
+
+// The MPI type that moves (and, for arithmetic types, reduces) one element.
+MPI_Datatype mpi_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kLong: return MPI_INT64_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;  // moved as bits; reduced in float32 (see above)
+    default: throw std::invalid_argument("no MPI type for this dtype");
+  }
+}
+
+bool reduces_in_float32(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }  // Avg: sum, then divide
+
+// `count` elements of `base`, with an extent of `stride` elements.
+class StridedBlock {
+ public:
+  StridedBlock(MPI_Datatype base, int64_t count, int64_t stride, int64_t element_size) {
+    MPI_Datatype block;
+    AREAL_MPI_CHECK(MPI_Type_contiguous(static_cast<int>(count), base, &block));
+    AREAL_MPI_CHECK(MPI_Type_create_resized(block, 0, static_cast<MPI_Aint>(stride * element_size), &type_));
+    AREAL_MPI_CHECK(MPI_Type_commit(&type_));
+    MPI_Type_free(&block);
+  }
+  ~StridedBlock() { MPI_Type_free(&type_); }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_;
+};
+
+char* bytes(const at::Tensor& t, int64_t element_offset) {
+  return static_cast<char*>(t.data_ptr()) + element_offset * t.element_size();
+}
+
+class MpiBackend final : public CommBackend {
+ public:
+  MpiBackend(int rank, int world_size) : rank_(rank), world_size_(world_size) {
+    AREAL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    AREAL_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  }
+  ~MpiBackend() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  void set_max_message_bytes(int64_t bytes) override { max_message_bytes_ = bytes; }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    for_each_chunk(tensor.numel(), tensor.element_size(), [&](int64_t offset, int64_t n) {
+      AREAL_MPI_CHECK(MPI_Bcast(bytes(tensor, offset), static_cast<int>(n), mpi_type(tensor.scalar_type()), root,
+                                comm_));
+    });
+  }
+
+  void scatter(const at::Tensor& flat, at::Tensor& out_shard, int root) override {
+    const int64_t shard = out_shard.numel(), size = out_shard.element_size();
+    const MPI_Datatype base = mpi_type(out_shard.scalar_type());
+    for_each_chunk(shard, size, [&](int64_t offset, int64_t n) {
+      if (rank_ == root) {
+        StridedBlock block(base, n, shard, size);
+        AREAL_MPI_CHECK(MPI_Scatter(bytes(flat, offset), 1, block.get(), bytes(out_shard, offset),
+                                    static_cast<int>(n), base, root, comm_));
+      } else {
+        AREAL_MPI_CHECK(MPI_Scatter(nullptr, 0, base, bytes(out_shard, offset), static_cast<int>(n), base, root,
+                                    comm_));
+      }
+    });
+  }
+
+  void all_gather(const at::Tensor& shard, at::Tensor& out_full) override {
+    const int64_t count = shard.numel(), size = shard.element_size();
+    const MPI_Datatype base = mpi_type(shard.scalar_type());
+    for_each_chunk(count, size, [&](int64_t offset, int64_t n) {
+      StridedBlock block(base, n, count, size);
+      AREAL_MPI_CHECK(MPI_Allgather(bytes(shard, offset), static_cast<int>(n), base, bytes(out_full, offset), 1,
+                                    block.get(), comm_));
+    });
+  }
+
+  void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
+    const int64_t shard = out_shard.numel();
+    const bool widen = reduces_in_float32(flat_in.scalar_type());
+    const at::ScalarType work_type = widen ? at::kFloat : flat_in.scalar_type();
+    const at::Tensor by_rank = flat_in.view({world_size_, shard});
+    for_each_chunk(shard, at::elementSize(work_type), [&](int64_t offset, int64_t n) {
+      // MPI wants each rank's block of this chunk side by side: stage unless that is already so.
+      const bool direct = !widen && n == shard;
+      at::Tensor send = direct ? flat_in : by_rank.narrow(1, offset, n).to(work_type).contiguous();
+      at::Tensor out = out_shard.narrow(0, offset, n);
+      at::Tensor recv = widen ? at::empty({n}, out_shard.options().dtype(at::kFloat)) : out;
+      AREAL_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), recv.data_ptr(), static_cast<int>(n),
+                                               mpi_type(work_type), mpi_op(op), comm_));
+      if (op == ReduceOp::Avg) recv.div_(world_size_);
+      if (widen) out.copy_(recv);
+    });
+  }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    at::Tensor flat = tensor.view({-1});
+    const bool widen = reduces_in_float32(tensor.scalar_type());
+    const at::ScalarType work_type = widen ? at::kFloat : tensor.scalar_type();
+    for_each_chunk(flat.numel(), at::elementSize(work_type), [&](int64_t offset, int64_t n) {
+      at::Tensor part = flat.narrow(0, offset, n);
+      at::Tensor work = widen ? part.to(at::kFloat) : part;
+      AREAL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), static_cast<int>(n), mpi_type(work_type),
+                                    mpi_op(op), comm_));
+      if (op == ReduceOp::Avg) work.div_(world_size_);
+      if (widen) part.copy_(work);
+    });
+  }
+
+  void barrier() override { AREAL_MPI_CHECK(MPI_Barrier(comm_)); }
+
+ private:
+  // Calls fn(offset, n) for consecutive pieces of `count` elements, each at most
+  // max_message_bytes. Every rank computes the same pieces, so the calls match.
+  template <typename Fn>
+  void for_each_chunk(int64_t count, int64_t element_size, Fn fn) {
+    const int64_t per_message = std::max<int64_t>(1, max_message_bytes_ / element_size);
+    for (int64_t offset = 0; offset < count; offset += per_message) fn(offset, std::min(per_message, count - offset));
+  }
+
+  int rank_;
+  int world_size_;
+  MPI_Comm comm_;
+  int64_t max_message_bytes_ = int64_t{1} << 30;
+};
+
+}  // namespace
+
+std::unique_ptr<CommBackend> make_mpi_backend(int rank, int world_size) {
+  return std::make_unique<MpiBackend>(rank, world_size);
+}
+
+}  // namespace areal

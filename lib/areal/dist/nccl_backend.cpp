@@ -1,0 +1,158 @@
+// The GPU transport: NCCL on flat device buffers (compiled when AREAL_WITH_NCCL).
+//
+// Rank 0 creates the NCCL unique id and broadcasts it over MPI; every rank then joins
+// the NCCL communicator on its own device. Collectives run on a dedicated stream:
+// an event makes that stream wait for the caller's current stream (so the inputs are
+// ready), and another makes the caller's stream wait for the collective (so the
+// outputs are ready before anything reads them). The tensors are recorded on the
+// NCCL stream so the caching allocator does not reuse their memory too early.
+// NCCL counts are size_t: no message splitting is needed here.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <initializer_list>
+
+#include "areal/dist/comm_backend.h"
+#include "areal/dist/mpi_check.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
+  if (result == ncclSuccess) return;
+  std::string detail = comm ? ncclGetLastError(comm) : "";
+  throw std::runtime_error(cat(call, " failed: ", ncclGetErrorString(result), detail.empty() ? "" : ": ", detail));
+}
+#define AREAL_NCCL_CHECK(call) check_nccl((call), #call, comm_)
+
+ncclDataType_t nccl_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kHalf: return ncclFloat16;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    case at::kByte: return ncclUint8;
+    default: throw std::invalid_argument("no NCCL type for this dtype");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+class NcclBackend final : public CommBackend {
+ public:
+  NcclBackend(int rank, int world_size, int cuda_device)
+      : rank_(rank),
+        device_(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_device))),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
+    c10::cuda::CUDAGuard guard(device_);
+    ncclUniqueId id;
+    if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+    AREAL_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    check_nccl(ncclCommInitRank(&comm_, world_size, id, rank), "ncclCommInitRank", nullptr);
+    register_abort_hook(this, [this] { ncclCommAbort(comm_); });
+  }
+
+  ~NcclBackend() override {
+    unregister_abort_hook(this);
+    ncclCommDestroy(comm_);
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    run({tensor}, [&] {
+      AREAL_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                     nccl_type(tensor.scalar_type()), root, comm_, stream_));
+    });
+  }
+
+  void scatter(const at::Tensor& flat, at::Tensor& out_shard, int root) override {
+    // NCCL has no scatter: root sends each rank its chunk in one group of point-to-point calls.
+    const size_t n = out_shard.numel();
+    const ncclDataType_t type = nccl_type(out_shard.scalar_type());
+    std::vector<at::Tensor> used = {out_shard};
+    if (rank_ == root) used.push_back(flat);
+    run(used, [&] {
+      AREAL_NCCL_CHECK(ncclGroupStart());
+      if (rank_ == root) {
+        for (int r = 0; r < world_size(); ++r)
+          AREAL_NCCL_CHECK(ncclSend(static_cast<char*>(flat.data_ptr()) + r * n * flat.element_size(), n, type, r,
+                                    comm_, stream_));
+      }
+      AREAL_NCCL_CHECK(ncclRecv(out_shard.data_ptr(), n, type, root, comm_, stream_));
+      AREAL_NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
+  void all_gather(const at::Tensor& shard, at::Tensor& out_full) override {
+    run({shard, out_full}, [&] {
+      AREAL_NCCL_CHECK(ncclAllGather(shard.data_ptr(), out_full.data_ptr(), shard.numel(),
+                                     nccl_type(shard.scalar_type()), comm_, stream_));
+    });
+  }
+
+  void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
+    run({flat_in, out_shard}, [&] {
+      AREAL_NCCL_CHECK(ncclReduceScatter(flat_in.data_ptr(), out_shard.data_ptr(), out_shard.numel(),
+                                         nccl_type(flat_in.scalar_type()), nccl_op(op), comm_, stream_));
+    });
+  }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    run({tensor}, [&] {
+      AREAL_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                     nccl_type(tensor.scalar_type()), nccl_op(op), comm_, stream_));
+    });
+  }
+
+  void barrier() override { stream_.synchronize(); }
+
+ private:
+  int world_size() const {
+    int n = 0;
+    ncclCommCount(comm_, &n);
+    return n;
+  }
+
+  // Orders `collective` (queued on stream_) after the caller's stream and before
+  // whatever the caller queues next.
+  template <typename Fn>
+  void run(const std::vector<at::Tensor>& tensors, Fn collective) {
+    c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent inputs_ready;
+    inputs_ready.record(caller);
+    inputs_ready.block(stream_);
+    collective();
+    for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+    at::cuda::CUDAEvent outputs_ready;
+    outputs_ready.record(stream_);
+    outputs_ready.block(caller);
+  }
+
+  int rank_;
+  c10::Device device_;
+  c10::cuda::CUDAStream stream_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device) {
+  return std::make_unique<NcclBackend>(rank, world_size, cuda_device);
+}
+
+}  // namespace areal

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# On a machine with a GPU: build with the GPU tests on, then run the collective
+# tests on CUDA tensors through NCCL (and the CPU ones beside them).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+AREAL_BUILD="${AREAL_BUILD}-gpu" bash "$AREAL_ROOT/scripts/build.sh" -DAREAL_GPU_TESTS=ON
+cd "${AREAL_BUILD}-gpu"
+nvidia-smi --query-gpu=name,memory.total --format=csv || true
+ctest --output-on-failure -R "nccl_collectives|mpi_collectives_np1"
