@@ -129,7 +129,9 @@ TEST_CASE("all_gather places every rank's shard", "[mpi][collectives]") {
     for (auto t : kDtypes)
       for (int64_t shard : {1, 7, 333}) {
         at::Tensor out = on_device(at::zeros({shard * g_me.world_size}, t));
-        g_comm->all_gather(pattern(g_me.rank, shard, t), out);
+        at::Tensor input = pattern(g_me.rank, shard, t);
+        g_comm->all_gather(input, out);
+        check_equal(input, pattern(g_me.rank, shard, t));
         for (int r = 0; r < g_me.world_size; ++r) check_equal(out.narrow(0, r * shard, shard), pattern(r, shard, t));
       }
   });
@@ -141,8 +143,10 @@ TEST_CASE("reduce_scatter with sum, avg and max", "[mpi][collectives]") {
       for (auto op : ops_for(t))
         for (int64_t shard : {1, 7, 333}) {
           at::Tensor out = on_device(at::zeros({shard}, t));
-          g_comm->reduce_scatter(pattern(g_me.rank, shard * g_me.world_size, t), out, op);
+          at::Tensor input = pattern(g_me.rank, shard * g_me.world_size, t);
+          g_comm->reduce_scatter(input, out, op);
           check_equal(out, expected_reduction(op, g_me.rank * shard, shard, t), op);
+          check_equal(input, pattern(g_me.rank, shard * g_me.world_size, t));  // the input is left alone
         }
   });
 }

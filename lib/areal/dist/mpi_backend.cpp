@@ -105,22 +105,36 @@ class MpiBackend final : public CommBackend {
     });
   }
 
+  // A ring: in step s each rank passes its partial sum of one chunk to the next rank
+  // and adds its own input to the partial sum it receives; after n-1 steps rank r
+  // holds chunk r reduced over all ranks. Each rank sends (n-1)/n of the buffer, the
+  // least possible. (OpenMPI 4.1's MPI_Reduce_scatter_block measured 5-10x slower
+  // here on shared memory with every algorithm it offers: see docs/benchmarks.md.)
   void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
+    const int n = world_size_;
     const int64_t shard = out_shard.numel();
-    const bool widen = reduces_in_float32(flat_in.scalar_type());
-    const at::ScalarType work_type = widen ? at::kFloat : flat_in.scalar_type();
-    const at::Tensor by_rank = flat_in.view({world_size_, shard});
-    for_each_chunk(shard, at::elementSize(work_type), [&](int64_t offset, int64_t n) {
-      // MPI wants each rank's block of this chunk side by side: stage unless that is already so.
-      const bool direct = !widen && n == shard;
-      at::Tensor send = direct ? flat_in : by_rank.narrow(1, offset, n).to(work_type).contiguous();
-      at::Tensor out = out_shard.narrow(0, offset, n);
-      at::Tensor recv = widen ? at::empty({n}, out_shard.options().dtype(at::kFloat)) : out;
-      AREAL_MPI_CHECK(MPI_Reduce_scatter_block(send.data_ptr(), recv.data_ptr(), static_cast<int>(n),
-                                               mpi_type(work_type), mpi_op(op), comm_));
-      if (op == ReduceOp::Avg) recv.div_(world_size_);
-      if (widen) out.copy_(recv);
-    });
+    const at::ScalarType work_type = reduces_in_float32(flat_in.scalar_type()) ? at::kFloat : flat_in.scalar_type();
+    auto input_chunk = [&](int index) { return flat_in.narrow(0, int64_t{index} * shard, shard).to(work_type); };
+    auto combine = [&](at::Tensor& acc, const at::Tensor& mine) {
+      if (op == ReduceOp::Max) at::maximum_out(acc, acc, mine);
+      else acc.add_(mine);
+    };
+    const int next = (rank_ + 1) % n, prev = (rank_ + n - 1) % n;
+    // Two chunk-sized buffers that take turns: received into, added to, sent on. Kept
+    // between calls, since fresh pages cost more than the additions.
+    if (workspace_.scalar_type() != work_type || workspace_.numel() < 2 * shard)
+      workspace_ = at::empty({2 * shard}, flat_in.options().dtype(work_type));
+    at::Tensor outgoing = workspace_.narrow(0, 0, shard), incoming = workspace_.narrow(0, shard, shard);
+    outgoing.copy_(input_chunk((rank_ + n - 1) % n));
+    at::Tensor result = n == 1 ? input_chunk(0).clone() : at::Tensor();
+    for (int step = 0; step < n - 1; ++step) {
+      sendrecv(outgoing, next, incoming, prev);
+      combine(incoming, input_chunk((rank_ + 2 * n - 2 - step) % n));
+      std::swap(outgoing, incoming);  // what arrived (plus ours) goes on next step
+      result = outgoing;
+    }
+    if (op == ReduceOp::Avg) result.div_(n);
+    out_shard.copy_(result);
   }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
@@ -148,10 +162,20 @@ class MpiBackend final : public CommBackend {
     for (int64_t offset = 0; offset < count; offset += per_message) fn(offset, std::min(per_message, count - offset));
   }
 
+  // Sends all of `send` to rank `to` while receiving as much into `recv` from `from`.
+  void sendrecv(const at::Tensor& send, int to, at::Tensor& recv, int from) {
+    const MPI_Datatype type = mpi_type(send.scalar_type());
+    for_each_chunk(send.numel(), send.element_size(), [&](int64_t offset, int64_t n) {
+      AREAL_MPI_CHECK(MPI_Sendrecv(bytes(send, offset), static_cast<int>(n), type, to, 0, bytes(recv, offset),
+                                   static_cast<int>(n), type, from, 0, comm_, MPI_STATUS_IGNORE));
+    });
+  }
+
   int rank_;
   int world_size_;
   MPI_Comm comm_;
   int64_t max_message_bytes_ = int64_t{1} << 30;
+  at::Tensor workspace_;  // reduce_scatter's two ring buffers
 };
 
 }  // namespace
