@@ -10,11 +10,14 @@ set -euo pipefail
 
 AREAL_VENV="${AREAL_VENV:-$HOME/.cache/areal-train/venv}"
 AREAL_TORCH="${AREAL_TORCH:-2.14.1}"
+# The independent references of the tests (HF model parity, safetensors interop).
+AREAL_TRANSFORMERS="${AREAL_TRANSFORMERS:-5.24.0}"
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
+  clang libclang-rt-14-dev
 )
 
 log() { printf '[setup] %s\n' "$*"; }
@@ -38,9 +41,13 @@ if [ ! -x "$AREAL_VENV/bin/python" ]; then
   mkdir -p "$(dirname "$AREAL_VENV")"
   python3 -m venv "$AREAL_VENV"
 fi
-if ! "$AREAL_VENV/bin/python" -c "import numpy, torch, sys; sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH')" 2>/dev/null; then
-  log "installing torch==$AREAL_TORCH into $AREAL_VENV (about 4 GB the first time)"
+if ! "$AREAL_VENV/bin/python" - <<PY 2>/dev/null
+import sys, numpy, torch, transformers, safetensors
+sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH' or transformers.__version__ != '$AREAL_TRANSFORMERS')
+PY
+then
+  log "installing torch==$AREAL_TORCH, transformers==$AREAL_TRANSFORMERS into $AREAL_VENV (about 4 GB the first time)"
   "$AREAL_VENV/bin/pip" install -q --upgrade pip
-  "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" numpy
+  "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" "transformers==$AREAL_TRANSFORMERS" safetensors numpy
 fi
-log "ready: Debian packages present, torch $AREAL_TORCH in $AREAL_VENV"
+log "ready: Debian packages present, torch $AREAL_TORCH and transformers $AREAL_TRANSFORMERS in $AREAL_VENV"

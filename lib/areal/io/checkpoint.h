@@ -1,0 +1,52 @@
+// Hugging Face checkpoints: a directory with config.json and either model.safetensors
+// or model.safetensors.index.json plus its shards; or a single .safetensors file.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "areal/io/safetensors.h"
+
+namespace areal::io {
+
+class CheckpointReader {
+ public:
+  // Opens every file and validates every header and the index before any tensor is
+  // read. Throws CheckpointError naming the directory, file and tensor at fault.
+  explicit CheckpointReader(const std::string& path);
+
+  // config.json of the checkpoint (for a single file: the one beside it).
+  const std::string& config_path() const { return config_path_; }
+  std::vector<std::string> names() const;  // every tensor, sorted
+  bool contains(const std::string& name) const { return where_.count(name) > 0; }
+  const TensorEntry& entry(const std::string& name) const;
+  const std::string& file_of(const std::string& name) const;  // the shard holding `name`
+  uint64_t total_bytes() const;
+
+  at::Tensor read(const std::string& name) const;
+  void read_into(const std::string& name, at::Tensor& out) const;
+
+ private:
+  const SafetensorsReader& reader_of(const std::string& name) const;
+  std::string path_;
+  std::string config_path_;
+  std::vector<std::unique_ptr<SafetensorsReader>> files_;
+  std::map<std::string, size_t> where_;  // tensor -> index into files_
+};
+
+// Writes a checkpoint directory: config.json (the given text), and the tensors of
+// `specs` in order, each asked of `tensor_for` just before it is written, so a caller
+// can produce them one at a time (never the whole model in memory). One file
+// model.safetensors when everything fits in `max_shard_bytes`, else shards
+// model-0000k-of-0000N.safetensors and model.safetensors.index.json (with total_size).
+// Everything goes to a temporary directory first, renamed into place when complete.
+void write_checkpoint(const std::string& dir, const std::string& config_json, const std::vector<TensorSpec>& specs,
+                      const std::function<at::Tensor(const TensorSpec&)>& tensor_for,
+                      uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+}  // namespace areal::io
