@@ -1,0 +1,96 @@
+#include "areal/model/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "areal/io/safetensors_header.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+using io::CheckpointError;
+
+int64_t required_int(const nlohmann::json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
+    throw CheckpointError(cat(source, ": '", key, "' must be a positive integer"));
+  return j[key].get<int64_t>();
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw CheckpointError(cat(source, ": not a JSON object"));
+  ModelConfig c;
+  c.json_text = text;
+  c.model_type = j.value("model_type", "");
+  if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama")
+    throw CheckpointError(cat(source, ": model_type '", c.model_type,
+                              "' is not supported (supported: qwen2, qwen3, llama)"));
+  auto refuse = [&](const std::string& what) {
+    throw CheckpointError(cat(source, ": ", what, " is not supported (", c.model_type, ")"));
+  };
+
+  c.vocab_size = required_int(j, "vocab_size", source);
+  c.hidden_size = required_int(j, "hidden_size", source);
+  c.intermediate_size = required_int(j, "intermediate_size", source);
+  c.num_hidden_layers = required_int(j, "num_hidden_layers", source);
+  c.num_attention_heads = required_int(j, "num_attention_heads", source);
+  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                              ? required_int(j, "num_key_value_heads", source)
+                              : c.num_attention_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? required_int(j, "head_dim", source)
+                                                                   : c.hidden_size / c.num_attention_heads;
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw CheckpointError(cat(source, ": num_attention_heads (", c.num_attention_heads,
+                              ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
+  c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+  c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+
+  // Rotary embedding: `rope_theta`, or the newer `rope_parameters` {rope_theta, rope_type}.
+  const nlohmann::json* rope = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
+  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = &j["rope_scaling"];
+  if (rope) {
+    std::string type = rope->value("rope_type", rope->value("type", "default"));
+    if (type != "default") refuse(cat("rope type '", type, "'"));
+    if (rope->contains("rope_theta")) c.rope_theta = (*rope)["rope_theta"].get<double>();
+  }
+  if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
+
+  if (j.value("hidden_act", "silu") != "silu") refuse(cat("hidden_act '", j.value("hidden_act", ""), "'"));
+  if (j.value("mlp_bias", false)) refuse("mlp_bias=true");
+  if (j.value("use_sliding_window", false)) refuse("use_sliding_window=true");
+  if (j.value("pretraining_tp", 1) != 1) refuse("pretraining_tp other than 1");
+
+  const bool attention_bias = j.value("attention_bias", false);
+  c.qkv_bias = c.model_type == "qwen2" || attention_bias;
+  c.o_bias = c.model_type != "qwen2" && attention_bias;
+  c.qk_norm = c.model_type == "qwen3";
+  if (j.contains("dtype") && j["dtype"].is_string()) c.torch_dtype = j["dtype"];
+  else if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"];
+  return c;
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw CheckpointError(cat(path, ": cannot read (a checkpoint needs its config.json)"));
+  std::stringstream text;
+  text << file.rdbuf();
+  return from_json(text.str(), path);
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  int64_t attention = hidden_size * q + 2 * hidden_size * kv + q * hidden_size;
+  if (qkv_bias) attention += q + 2 * kv;
+  if (o_bias) attention += hidden_size;
+  if (qk_norm) attention += 2 * head_dim;
+  const int64_t layer = attention + 3 * hidden_size * intermediate_size + 2 * hidden_size;
+  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + hidden_size;
+}
+
+}  // namespace areal

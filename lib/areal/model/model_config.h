@@ -1,0 +1,36 @@
+// A decoder-only model's shape, read from a Hugging Face config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace areal {
+
+struct ModelConfig {
+  std::string model_type;  // "qwen2", "qwen3" or "llama"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2 always; LLaMA and Qwen3 with attention_bias
+  bool o_bias = false;    // LLaMA and Qwen3 with attention_bias
+  bool qk_norm = false;   // Qwen3: RMSNorm on each head of q and k
+  std::string torch_dtype = "float32";
+  std::string json_text;  // the config.json as read, written back unchanged on save
+
+  // Parses config.json text; refuses unsupported architectures and options by name.
+  // Throws io::CheckpointError naming `source`.
+  static ModelConfig from_json(const std::string& text, const std::string& source);
+  static ModelConfig from_file(const std::string& path);
+
+  int64_t num_parameters() const;
+};
+
+}  // namespace areal

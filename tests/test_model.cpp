@@ -1,0 +1,201 @@
+// The decoder against transformers (the independent reference): logits for fixed
+// tokens from tiny random Qwen2, Qwen3 and LLaMA checkpoints made by
+// tests/fixtures/make_fixtures.py, the KV cache, padding, the meta-device skeleton,
+// strict loading, and checkpoints that transformers loads back.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "areal/io/checkpoint.h"
+#include "areal/model/hf_weights.h"
+
+namespace fs = std::filesystem;
+using namespace areal;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3", "llama", "llama_mha_bias"};
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("areal_model_test_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A copy of a fixture whose config.json text goes through `edit`.
+std::string edited_copy(const TempDir& dir, const std::string& model, const std::function<std::string(std::string)>& edit) {
+  fs::path out = dir.path / (model + "_edited");
+  fs::remove_all(out);
+  fs::copy(kFixtures + "/" + model, out);
+  std::ifstream in(out / "config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(out / "config.json") << edit(text);
+  return out.string();
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_causal_lm(path, at::kFloat);
+  } catch (const io::CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("model: logits match transformers for Qwen2, Qwen3 and LLaMA", "[model][parity]") {
+  for (const auto& name : kModels) {
+    INFO(name);
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    io::SafetensorsReader reference(kFixtures + "/" + name + "/reference.safetensors");
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model->forward(reference.read("input_ids"));
+    CHECK(max_diff(logits, reference.read("logits")) < 1e-4);
+  }
+}
+
+TEST_CASE("model: prefill then one token at a time gives the full forward's logits", "[model][cache]") {
+  at::NoGradGuard no_grad;
+  for (const auto& name : {"qwen2_untied", "qwen3", "llama"}) {
+    INFO(name);
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
+    at::Tensor full = model->forward(ids);
+    KVCache cache;
+    std::vector<at::Tensor> steps = {model->forward(ids.narrow(1, 0, 5), {}, &cache)};
+    for (int64_t t = 5; t < ids.size(1); ++t) steps.push_back(model->forward(ids.narrow(1, t, 1), {}, &cache));
+    CHECK(cache.length() == ids.size(1));
+    CHECK(max_diff(at::cat(steps, 1), full) < 1e-5);
+  }
+}
+
+TEST_CASE("model: a left-padded sequence gives the logits of the unpadded one", "[model][padding]") {
+  at::NoGradGuard no_grad;
+  auto model = load_causal_lm(kFixtures + "/qwen2_tied", at::kFloat);
+  at::Tensor ids = io::SafetensorsReader(kFixtures + "/qwen2_tied/reference.safetensors").read("input_ids");
+  at::Tensor short_ids = ids.narrow(0, 1, 1).narrow(1, 0, 6);  // 6 tokens
+  at::Tensor batch = ids.clone();                              // row 1: 3 pads, then the 6 tokens
+  batch.narrow(0, 1, 1).narrow(1, 3, 6).copy_(short_ids);
+  at::Tensor mask = at::ones({2, 9}, at::kLong);
+  mask.narrow(0, 1, 1).narrow(1, 0, 3).zero_();
+  at::Tensor padded = model->forward(batch, mask);
+  CHECK_FALSE(padded.isnan().any().item<bool>());
+  CHECK(max_diff(padded.narrow(0, 1, 1).narrow(1, 3, 6), model->forward(short_ids)) < 1e-5);
+  CHECK(max_diff(padded.narrow(0, 0, 1), model->forward(ids.narrow(0, 0, 1))) < 1e-5);  // row 0 unaffected
+  // Generation over the padded batch with the cache continues both rows correctly.
+  KVCache cache;
+  model->forward(batch, mask, &cache);
+  at::Tensor next = at::tensor({5, 11}, at::kLong).view({2, 1});
+  at::Tensor step = model->forward(next, at::ones({2, 1}, at::kLong), &cache);
+  at::Tensor unpadded = model->forward(at::cat({short_ids, next.narrow(0, 1, 1)}, 1));
+  CHECK(max_diff(step.narrow(0, 1, 1), unpadded.narrow(1, 6, 1)) < 1e-5);
+}
+
+TEST_CASE("model: the meta-device skeleton has every name and shape and no storage", "[model][meta]") {
+  for (const auto& name : kModels) {
+    INFO(name);
+    ModelConfig config = ModelConfig::from_file(kFixtures + "/" + name + "/config.json");
+    CausalLM skeleton(config, at::TensorOptions().device(at::kMeta));
+    auto real = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    auto meta_params = skeleton.named_parameters();
+    auto real_params = real->named_parameters();
+    REQUIRE(meta_params.size() == real_params.size());
+    int64_t count = 0;
+    for (size_t i = 0; i < meta_params.size(); ++i) {
+      CHECK(meta_params[i].key() == real_params[i].key());
+      CHECK(meta_params[i].value().sizes() == real_params[i].value().sizes());
+      CHECK(meta_params[i].value().is_meta());
+      count += meta_params[i].value().numel();
+    }
+    CHECK(count == config.num_parameters());
+    // Every checkpoint tensor is a parameter (lm_head is absent when tied).
+    io::CheckpointReader checkpoint(kFixtures + "/" + name);
+    CHECK(checkpoint.names().size() == meta_params.size());
+  }
+}
+
+TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") {
+  TempDir dir;
+  SECTION("shape disagreeing with config.json") {
+    std::string path = edited_copy(dir, "llama", [](std::string t) {
+      return std::regex_replace(t, std::regex("\"intermediate_size\": 48"), "\"intermediate_size\": 40");
+    });
+    CHECK_THAT(load_error(path), Contains("model.layers.0.mlp.gate_proj.weight") && Contains("[48, 32]") &&
+                                     Contains("config.json implies [40, 32]") && Contains("model.safetensors"));
+  }
+  SECTION("a missing and an unexpected tensor") {
+    // Tied config over an untied checkpoint: lm_head.weight is then fine; untied over tied: missing.
+    std::string untied = edited_copy(dir, "qwen2_tied", [](std::string t) {
+      return std::regex_replace(t, std::regex("\"tie_word_embeddings\": true"), "\"tie_word_embeddings\": false");
+    });
+    CHECK_THAT(load_error(untied), Contains("no tensor 'lm_head.weight'"));
+    std::string qwen3_as_qwen2 = edited_copy(dir, "qwen3", [](std::string t) {
+      return std::regex_replace(t, std::regex("\"model_type\": \"qwen3\""), "\"model_type\": \"qwen2\"");
+    });
+    std::string e = load_error(qwen3_as_qwen2);
+    CHECK_THAT(e, Contains("q_proj.bias"));  // qwen2 expects q/k/v biases the qwen3 checkpoint lacks
+  }
+  SECTION("unexpected tensor") {
+    // LLaMA without attention_bias over a checkpoint that has the biases: every
+    // parameter is found, then the biases are left over.
+    std::string no_bias = edited_copy(dir, "llama_mha_bias", [](std::string t) {
+      return std::regex_replace(t, std::regex("\"attention_bias\": true"), "\"attention_bias\": false");
+    });
+    CHECK_THAT(load_error(no_bias), Contains("model.safetensors") && Contains("unexpected tensor") &&
+                                        Contains("_proj.bias'"));
+  }
+  SECTION("unsupported architectures and options are refused by name") {
+    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
+                 return std::regex_replace(t, std::regex("\"model_type\": \"llama\""), "\"model_type\": \"gpt2\"");
+               })),
+               Contains("model_type 'gpt2' is not supported"));
+    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
+                 return std::regex_replace(t, std::regex("\"rope_type\": \"default\""), "\"rope_type\": \"yarn\"");
+               })),
+               Contains("rope type 'yarn' is not supported"));
+    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
+                 return std::regex_replace(t, std::regex("\"mlp_bias\": false"), "\"mlp_bias\": true");
+               })),
+               Contains("mlp_bias=true is not supported"));
+  }
+}
+
+TEST_CASE("model: a checkpoint written by areal-train loads in transformers with the same logits",
+          "[model][python]") {
+  TempDir dir;
+  at::NoGradGuard no_grad;
+  for (const auto& name : {"qwen2_tied", "qwen3", "llama"}) {
+    INFO(name);
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    for (auto& p : model->parameters()) p.mul_(0.9).add_(0.01);  // weights transformers has never seen
+    at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
+    at::Tensor logits = model->forward(ids);
+    const std::string out = (dir.path / name).string();
+    save_hf_checkpoint(*model, out, /*max_shard_bytes=*/40000);  // several shards and an index
+    CHECK(fs::exists(fs::path(out) / "model.safetensors.index.json"));
+    io::write_safetensors((dir.path / (std::string(name) + "_expected.safetensors")).string(),
+                          {{"input_ids", ids}, {"logits", logits}});
+    // Our own reader agrees first ...
+    CHECK(max_diff(load_causal_lm(out, at::kFloat)->forward(ids), logits) == 0);
+    // ... then transformers.
+    std::string command = std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/check_hf_load.py " + out +
+                          " " + (dir.path / (std::string(name) + "_expected.safetensors")).string() + " 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe);
+    char buffer[4096];
+    std::string output;
+    while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+    int status = pclose(pipe);
+    INFO(output);
+    CHECK(status == 0);
+  }
+}
