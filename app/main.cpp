@@ -7,6 +7,8 @@
 #include "areal/config/loader.h"
 #include "areal/config/validate.h"
 #include "areal/dist/bootstrap.h"
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/staged_init.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 
@@ -43,7 +45,12 @@ int run_job(const areal::Config& cfg) {
                               ", allocation_mode=", cfg.allocation_mode));
   std::string placement = areal::placement_table(me);
   areal::log::info("placement:" + placement);
-  areal::log::info("staged initialization and training are not implemented yet; nothing more to run");
+  {
+    areal::Communicator comm(me);
+    areal::InitResult init = areal::staged_init(cfg, me, comm);
+    std::string table = areal::stage_table(init, comm);
+    areal::log::info(table);
+  }
   areal::finalize();
   return areal::kExitOk;
 }

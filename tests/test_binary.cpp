@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <iterator>
 
 using Catch::Matchers::Contains;
 
@@ -178,4 +179,42 @@ TEST_CASE("binary: a rank killed by SIGKILL ends the job under mpirun", "[binary
   CHECK(r.exit_code != 124);
   CHECK(seconds < 30);
   CHECK_THAT(r.output, Contains("signal 9"));  // mpirun names the dead rank and its signal
+}
+
+TEST_CASE("binary: --job init under mpirun -np 2 loads a checkpoint and prints the stage table", "[binary][mpi][init]") {
+  Result r = run(kMpirun2 + " --job init --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load true");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("staged init of checkpoint tests/fixtures/models/qwen2_untied (memory-efficient") &&
+                           Contains("rank0_load") && Contains("broadcast") && Contains("verify") &&
+                           Contains("peak +mem r1") && Contains("loading checkpoint: 100.0%"));
+  Result sft = run(kBin + " --job sft --init_from_scratch true");
+  CHECK(sft.exit_code == 2);
+  CHECK_THAT(sft.output, Contains("not implemented yet"));
+}
+
+TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole job naming the tensor",
+          "[binary][mpi][init][fault]") {
+  namespace fs = std::filesystem;
+  fs::path bad = fs::temp_directory_path() / ("areal_bad_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(bad);
+  fs::copy(AREAL_SOURCE_DIR "/tests/fixtures/models/llama", bad);
+  std::string config;
+  {
+    std::ifstream in(bad / "config.json");
+    config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  config.replace(config.find("\"intermediate_size\": 48"), 23, "\"intermediate_size\": 40");
+  std::ofstream(bad / "config.json") << config;
+  for (const char* memory_efficient : {"true", "false"}) {
+    INFO("memory_efficient_load " << memory_efficient);
+    auto start = std::chrono::steady_clock::now();
+    Result r = run("timeout 60 " + kMpirun2 + " --model_path " + bad.string() + " --fsdp.memory_efficient_load " +
+                   memory_efficient);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(r.exit_code != 0);
+    CHECK(r.exit_code != 124);
+    CHECK(seconds < 30);
+    CHECK_THAT(r.output, Contains("model.layers.0.mlp.gate_proj.weight") && Contains("config.json implies [40, 32]"));
+  }
+  fs::remove_all(bad);
 }

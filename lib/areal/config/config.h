@@ -130,6 +130,7 @@ struct LogConfig {
 };
 
 struct Config {
+  std::string job = "init";
   std::string experiment_name = "areal-train";
   std::string trial_name = "trial0";
   std::string model_path;

@@ -148,9 +148,13 @@ std::vector<OptionSpec> declare_options() {
   const std::string lora = "LoRA adapters (issue 5)";
   std::vector<Decl> d = {
       // ---- the run ----
+      OPTION(job).doc("What to run: `init` (the staged initialization, then a table of its stages), "
+                      "`sft` or `rl` (not implemented yet).")
+          .choices({"init", "sft", "rl"}),
       OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
       OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),
-      OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from."),
+      OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from. "
+                             "Empty with init_from_scratch: a built-in tiny model."),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
           .doc("How ranks are used: `static` (every rank trains and generates) or AReaL's training-side "

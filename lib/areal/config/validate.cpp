@@ -18,6 +18,10 @@ void validate_config(const Config& cfg) {
                             " is not implemented yet; leave it at its default (", spec.format(defaults), ")"));
   }
 
+  if (cfg.job != "init")
+    throw ConfigError(cat("option 'job' = ", cfg.job, ": the ", cfg.job == "sft" ? "SFT" : "RL",
+                          " job is not implemented yet (available: init)"));
+
   if (cfg.fsdp.memory_efficient_load && cfg.init_from_scratch)
     throw ConfigError(
         "options 'fsdp.memory_efficient_load' and 'init_from_scratch' cannot both be true: "

@@ -17,27 +17,34 @@ std::string shape_text(at::IntArrayRef shape) {
 
 }  // namespace
 
-void load_hf_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
+void check_hf_weights(const CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::set<std::string> expected;
-  for (auto& item : model.named_parameters()) {
+  for (const auto& item : model.named_parameters()) {
     const std::string& name = item.key();
-    at::Tensor param = item.value();
     expected.insert(name);
     if (!checkpoint.contains(name))
       throw io::CheckpointError(cat(checkpoint.config_path(), ": the checkpoint has no tensor '", name,
                                     "', which the model (", model.config().model_type, ") needs"));
     const io::TensorEntry& entry = checkpoint.entry(name);
-    if (at::IntArrayRef(entry.shape) != param.sizes())
+    if (at::IntArrayRef(entry.shape) != item.value().sizes())
       throw io::CheckpointError(cat(checkpoint.file_of(name), ": tensor '", name, "' has shape ",
-                                    shape_text(entry.shape), " but config.json implies ", shape_text(param.sizes())));
-    at::NoGradGuard no_grad;
-    checkpoint.read_into(name, param);
+                                    shape_text(entry.shape), " but config.json implies ",
+                                    shape_text(item.value().sizes())));
   }
   for (const auto& name : checkpoint.names()) {
     if (expected.count(name)) continue;
     if (name == "lm_head.weight" && model.config().tie_word_embeddings) continue;  // tied: the embedding serves
     throw io::CheckpointError(cat(checkpoint.file_of(name), ": unexpected tensor '", name, "' (not a parameter of a ",
                                   model.config().model_type, " model with this config.json)"));
+  }
+}
+
+void load_hf_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
+  check_hf_weights(model, checkpoint);
+  at::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    at::Tensor param = item.value();
+    checkpoint.read_into(item.key(), param);
   }
 }
 

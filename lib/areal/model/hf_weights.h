@@ -9,6 +9,11 @@
 
 namespace areal {
 
+// Checks, without reading any tensor data, that the checkpoint holds exactly the
+// model's parameters with their shapes (the rules of load_hf_weights). `model` may be
+// a meta-device skeleton.
+void check_hf_weights(const CausalLM& model, const io::CheckpointReader& checkpoint);
+
 // Strict: every parameter of `model` must be in the checkpoint exactly once with its
 // shape; a checkpoint tensor the model does not have is an error too. The one
 // exception: with tied embeddings, `lm_head.weight` may be absent (or present; it is

@@ -38,6 +38,10 @@ bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
 }
 
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
 size_t edit_distance(std::string_view a, std::string_view b) {
   // One row of the dynamic-programming table at a time.
   std::vector<size_t> row(b.size() + 1);

@@ -20,6 +20,7 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string trim(std::string_view text);
 std::string join(const std::vector<std::string>& items, std::string_view sep);
 bool starts_with(std::string_view text, std::string_view prefix);
+bool ends_with(std::string_view text, std::string_view suffix);
 
 // Levenshtein distance (insert, delete, substitute; each costs 1).
 size_t edit_distance(std::string_view a, std::string_view b);

@@ -1,0 +1,246 @@
+#include "areal/fsdp/staged_init.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+
+#include "areal/io/checkpoint.h"
+#include "areal/model/builtin_model.h"
+#include "areal/model/hf_weights.h"
+#include "areal/util/log.h"
+#include "areal/util/memory.h"
+#include "areal/util/progress.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Wall time and peak RSS growth of one stage, or of one stage's share of interleaved
+// work (add() may be called many times; the peak is the largest seen).
+struct StageMeter {
+  StageStats stats;
+  int64_t baseline = 0;
+  int64_t highest = 0;  // the highest RSS seen in any stretch, absolute
+  explicit StageMeter(std::string name) { stats.name = std::move(name); }
+  // Starts a measured stretch; growth counts from `base` (default: RSS now).
+  Clock::time_point begin(int64_t base = -1) {
+    baseline = base >= 0 ? base : current_rss_bytes();
+    reset_peak_rss();
+    return Clock::now();
+  }
+  void end(Clock::time_point start) {
+    stats.seconds += seconds_since(start);
+    const int64_t peak = peak_rss_bytes();
+    highest = std::max(highest, peak);
+    stats.peak_growth_bytes = std::max(stats.peak_growth_bytes, peak - baseline);
+  }
+};
+
+// An order-independent, exact fingerprint of float32 values: their bit patterns summed
+// as integers (wrap-free for any model size), so shards summed across ranks equal the
+// whole unit's fingerprint exactly.
+int64_t fingerprint(const at::Tensor& float32_values) {
+  return float32_values.contiguous().cpu().view(at::kInt).to(at::kLong).sum().item<int64_t>();
+}
+
+std::string config_path_of(const std::string& model_path) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(model_path) ? (fs::path(model_path) / "config.json").string()
+                                      : (fs::path(model_path).parent_path() / "config.json").string();
+}
+
+// Every rank generates each whole unit from the seed and keeps its slice.
+void init_from_seed(ShardedModel& model, int64_t seed, std::vector<int64_t>& expected) {
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const UnitLayout& unit = model.units()[u];
+    at::Tensor flat = seeded_unit(unit, u, seed);
+    model.shard(u).copy_(flat.narrow(0, unit.shard_begin(model.rank()), unit.shard_numel));
+    expected[u] = fingerprint(flat);
+  }
+}
+
+// One unit's flat buffer filled from the checkpoint, tensor by tensor.
+at::Tensor read_unit(const io::CheckpointReader& checkpoint, const UnitLayout& unit, Progress& progress) {
+  at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+  for (const auto& slot : unit.params) {
+    at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
+    checkpoint.read_into(slot.name, view);
+    const io::TensorEntry& entry = checkpoint.entry(slot.name);
+    progress.advance(static_cast<int64_t>(entry.end - entry.begin));
+  }
+  return flat;
+}
+
+}  // namespace
+
+at::Tensor seeded_unit(const UnitLayout& unit, size_t unit_index, int64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed) * 1000003 + unit_index);
+  at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+  for (const auto& slot : unit.params) {  // parameters in order; padding stays zero
+    at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
+    if (ends_with(slot.name, "norm.weight")) view.fill_(1.0);
+    else if (ends_with(slot.name, ".bias")) view.zero_();
+    else view.normal_(0.0, 0.02, gen);  // transformers' initializer_range
+  }
+  return flat;
+}
+
+InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm) {
+  InitResult result;
+  const bool from_checkpoint = !cfg.init_from_scratch;
+  const bool streaming = from_checkpoint && cfg.fsdp.memory_efficient_load;
+  const int64_t rss_before = current_rss_bytes();
+  const auto init_start = Clock::now();
+
+  // 1. cpu_skeleton: names and shapes on the meta device, no parameter storage.
+  StageMeter skeleton_stage("cpu_skeleton");
+  auto t = skeleton_stage.begin();
+  ModelConfig model_config = cfg.model_path.empty()
+                                 ? ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model")
+                                 : ModelConfig::from_file(config_path_of(cfg.model_path));
+  auto skeleton = std::make_shared<CausalLM>(model_config, at::TensorOptions().device(at::kMeta));
+  skeleton_stage.end(t);
+
+  // 2. fsdp_shard: the unit layout, and this rank's float32 shards on its device.
+  StageMeter shard_stage("fsdp_shard");
+  t = shard_stage.begin();
+  auto units = plan_units(*skeleton, me.world_size);
+  result.model = std::make_unique<ShardedModel>(skeleton, std::move(units), me.rank, me.world_size,
+                                                at::Device(me.device));
+  ShardedModel& model = *result.model;
+  shard_stage.end(t);
+
+  // 3. and 4. rank0_load and broadcast (interleaved unit by unit when streaming).
+  StageMeter load_stage(streaming || !from_checkpoint ? "rank0_load" : "full_load");
+  StageMeter send_stage("broadcast");
+  std::vector<int64_t> expected(model.units().size(), 0);
+  const int64_t load_base = current_rss_bytes();
+  if (!from_checkpoint) {
+    t = load_stage.begin();
+    init_from_seed(model, cfg.seed, expected);
+    load_stage.end(t);
+    result.source = cat("seed ", cfg.seed);
+  } else if (streaming) {
+    std::unique_ptr<io::CheckpointReader> checkpoint;
+    t = load_stage.begin(load_base);
+    if (me.rank == 0) {
+      checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
+      check_hf_weights(*skeleton, *checkpoint);  // every tensor named before any is sent
+    }
+    load_stage.end(t);
+    Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
+                      me.rank == 0);
+    for (size_t u = 0; u < model.units().size(); ++u) {
+      at::Tensor flat;
+      if (me.rank == 0) {
+        t = load_stage.begin(load_base);
+        flat = read_unit(*checkpoint, model.units()[u], progress);
+        expected[u] = fingerprint(flat);
+        flat = flat.to(model.shard(u).device());
+        load_stage.end(t);
+      }
+      t = send_stage.begin(load_base);
+      comm.scatter(flat, model.shard(u), 0);  // each rank receives only its shard
+      send_stage.end(t);
+    }
+    progress.finish();
+    result.source = cat("checkpoint ", cfg.model_path, " (memory-efficient: streamed by rank 0)");
+  } else {
+    // The plain path: the whole state dict in every rank's memory, then slices.
+    t = load_stage.begin(load_base);
+    io::CheckpointReader checkpoint(cfg.model_path);
+    check_hf_weights(*skeleton, checkpoint);
+    std::map<std::string, at::Tensor> state;
+    for (const auto& name : checkpoint.names()) state[name] = checkpoint.read(name).to(at::kFloat);
+    for (size_t u = 0; u < model.units().size(); ++u) {
+      const UnitLayout& unit = model.units()[u];
+      at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+      for (const auto& slot : unit.params) flat.narrow(0, slot.offset, slot.numel).copy_(state.at(slot.name).view(-1));
+      model.shard(u).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
+      expected[u] = fingerprint(flat);
+    }
+    load_stage.end(t);
+    result.source = cat("checkpoint ", cfg.model_path, " (plain: every rank read it whole)");
+  }
+
+  // 5. verify: the shards of all ranks together are exactly the units that were read.
+  StageMeter verify_stage("verify");
+  t = verify_stage.begin();
+  at::Tensor want = at::tensor(expected, at::kLong);
+  if (streaming) comm.broadcast(want, 0);  // only rank 0 saw the data
+  std::vector<int64_t> local;
+  for (size_t u = 0; u < model.units().size(); ++u) local.push_back(fingerprint(model.shard(u)));
+  at::Tensor got = at::tensor(local, at::kLong);
+  comm.all_reduce(got, ReduceOp::Sum);
+  for (size_t u = 0; u < model.units().size(); ++u)
+    if (got[u].item<int64_t>() != want[u].item<int64_t>())
+      throw std::runtime_error(cat("verify: the shards of unit '", model.units()[u].name,
+                                   "' do not add up to the unit that was loaded"));
+  verify_stage.end(t);
+
+  result.stages = {skeleton_stage.stats, shard_stage.stats, load_stage.stats, send_stage.stats, verify_stage.stats};
+  result.seconds = seconds_since(init_start);
+  for (const StageMeter* m : {&skeleton_stage, &shard_stage, &load_stage, &send_stage, &verify_stage})
+    result.peak_growth_bytes = std::max(result.peak_growth_bytes, m->highest - rss_before);
+  return result;
+}
+
+std::string stage_table(const InitResult& result, Communicator& comm) {
+  // Per rank: [seconds, peak growth] for each stage, then its shard bytes.
+  const size_t stages = result.stages.size();
+  std::vector<double> mine;
+  for (const auto& s : result.stages) {
+    mine.push_back(s.seconds);
+    mine.push_back(static_cast<double>(s.peak_growth_bytes));
+  }
+  mine.push_back(result.seconds);
+  mine.push_back(static_cast<double>(result.peak_growth_bytes));
+  mine.push_back(static_cast<double>(result.model->shard_bytes()));
+  at::Tensor local = at::tensor(mine, at::kDouble);
+  at::Tensor all = at::empty({local.numel() * comm.world_size()}, at::kDouble);
+  comm.all_gather(local, all);
+  if (comm.rank() != 0) return "";
+
+  const int64_t per_rank = local.numel();
+  auto at_rank = [&](int r, size_t i) { return all[r * per_rank + i].item<double>(); };
+  std::string table = cat("staged init of ", result.source, "\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-13s %10s", "stage", "time");
+  table += line;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    std::snprintf(line, sizeof line, "  %15s", cat("peak +mem r", r).c_str());
+    table += line;
+  }
+  table += "\n";
+  // Rows: each stage, then the whole init (index `stages`); time is the slowest rank's.
+  for (size_t s = 0; s <= stages; ++s) {
+    double slowest = 0;
+    for (int r = 0; r < comm.world_size(); ++r) slowest = std::max(slowest, at_rank(r, 2 * s));
+    std::snprintf(line, sizeof line, "  %-13s %9.3fs", s < stages ? result.stages[s].name.c_str() : "whole init",
+                  slowest);
+    table += line;
+    for (int r = 0; r < comm.world_size(); ++r) {
+      std::snprintf(line, sizeof line, "  %15s", format_bytes(static_cast<int64_t>(at_rank(r, 2 * s + 1))).c_str());
+      table += line;
+    }
+    table += "\n";
+  }
+  std::snprintf(line, sizeof line, "  %-13s %10s", "shard bytes", "");
+  table += line;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    std::snprintf(line, sizeof line, "  %15s", format_bytes(static_cast<int64_t>(at_rank(r, 2 * stages + 2))).c_str());
+    table += line;
+  }
+  return table;
+}
+
+}  // namespace areal

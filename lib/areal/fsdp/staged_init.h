@@ -1,0 +1,50 @@
+// The staged initialization (DESIGN.md, "The flow of one run"): the stages
+// cpu_skeleton -> fsdp_shard -> rank0_load -> broadcast -> verify, each timed and its
+// peak host-memory growth measured on every rank.
+//
+// With fsdp.memory_efficient_load, rank 0 streams the checkpoint tensor by tensor into
+// one unit's flat buffer at a time and scatters it, so every rank receives only its
+// shard and no rank ever holds more than one unit beyond its shards. Without it, every
+// rank reads the whole checkpoint and keeps its slices (the plain path, kept for
+// comparison). With init_from_scratch, every rank generates each unit from the seed
+// and keeps its slice: the same weights for every world size.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "areal/config/config.h"
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+
+namespace areal {
+
+struct StageStats {
+  std::string name;
+  double seconds = 0;
+  int64_t peak_growth_bytes = 0;  // host RSS high-water mark above the stage's start
+};
+
+struct InitResult {
+  std::unique_ptr<ShardedModel> model;
+  std::vector<StageStats> stages;
+  double seconds = 0;                  // the whole init
+  int64_t peak_growth_bytes = 0;       // the whole init: RSS high-water above the RSS before it
+  std::string source;  // what was loaded ("checkpoint <path>", "seed 1")
+};
+
+// Collective. Throws io::CheckpointError (naming tensor and file) when the checkpoint
+// disagrees with the model; on rank 0 alone in the memory-efficient path, where the
+// caller's run_guarded then ends the job.
+InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm);
+
+// Unit `unit_index` of `layout` as init_from_scratch makes it (its whole padded flat
+// buffer): a function of the seed and the unit only, never of the world size.
+at::Tensor seeded_unit(const UnitLayout& layout, size_t unit_index, int64_t seed);
+
+// Collective: every rank's stages gathered to rank 0 as a table (time and peak memory
+// growth per rank, shard bytes beside them); "" on the other ranks.
+std::string stage_table(const InitResult& result, Communicator& comm);
+
+}  // namespace areal

@@ -1,0 +1,17 @@
+// Host memory probes from /proc/self: resident set size now and its high-water mark.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace areal {
+
+int64_t current_rss_bytes();  // VmRSS
+int64_t peak_rss_bytes();     // VmHWM: the highest RSS since start or since reset_peak_rss()
+// Resets the high-water mark to the current RSS (Linux: "5" > /proc/self/clear_refs),
+// so a stage's peak can be measured on its own. Returns false where unsupported.
+bool reset_peak_rss();
+
+std::string format_bytes(int64_t bytes);  // "1.50 GiB", "312.0 MiB", "4.0 KiB"
+
+}  // namespace areal
