@@ -5,6 +5,7 @@
 #include "areal/config/cli.h"
 #include "areal/config/emit.h"
 #include "areal/config/loader.h"
+#include "areal/config/run_paths.h"
 #include "areal/config/validate.h"
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
@@ -48,8 +49,12 @@ int run_job(const areal::Config& cfg) {
   {
     areal::Communicator comm(me);
     areal::InitResult init = areal::staged_init(cfg, me, comm);
-    std::string table = areal::stage_table(init, comm);
-    areal::log::info(table);
+    areal::InitReport report = areal::gather_init_report(init, comm);
+    if (me.rank == 0) {
+      areal::log::info(areal::format_init_table(report));
+      std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
+      areal::log::info("stage figures written to " + path);
+    }
   }
   areal::finalize();
   return areal::kExitOk;

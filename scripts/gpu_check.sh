@@ -6,4 +6,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 AREAL_BUILD="${AREAL_BUILD}-gpu" bash "$AREAL_ROOT/scripts/build.sh" -DAREAL_GPU_TESTS=ON
 cd "${AREAL_BUILD}-gpu"
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
-ctest --output-on-failure -R "nccl_collectives|mpi_collectives_np1"
+ctest --output-on-failure -R "nccl_collectives|mpi_tests_np1"

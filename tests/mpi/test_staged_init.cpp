@@ -9,6 +9,7 @@
 
 #include <filesystem>
 
+#include "areal/fsdp/save.h"
 #include "areal/fsdp/staged_init.h"
 #include "areal/io/checkpoint.h"
 #include "areal/model/hf_weights.h"
@@ -106,11 +107,37 @@ TEST_CASE("staged init: the stage table lists every rank", "[mpi][init]") {
   cfg.init_from_scratch = true;
   cfg.device = "cpu";
   InitResult init = staged_init(cfg, g_me, *g_comm);
-  std::string table = stage_table(init, *g_comm);
+  InitReport report = gather_init_report(init, *g_comm);
   if (g_me.rank == 0) {
+    REQUIRE(report.ranks.size() == static_cast<size_t>(g_me.world_size));
+    std::string table = format_init_table(report);
     CHECK(table.find("peak +mem r" + std::to_string(g_me.world_size - 1)) != std::string::npos);
     CHECK(table.find("rank0_load") != std::string::npos);
+    CHECK(report.shard_bytes[0] == init.model->shard_bytes());
+    CHECK(init_report_json(report).find("\"peak_growth_bytes\"") != std::string::npos);
   } else {
-    CHECK(table.empty());
+    CHECK(report.ranks.empty());
   }
+}
+
+TEST_CASE("save: a sharded model saved unit by unit loads back bit-identically, and in transformers",
+          "[mpi][init][save]") {
+  const std::string source = kFixtures + "/qwen3";
+  InitResult init = staged_init(config_for(source, true), g_me, *g_comm);
+  const fs::path out = fs::temp_directory_path() / ("areal_saved_np" + std::to_string(g_me.world_size));
+  save_sharded_checkpoint(*init.model, *g_comm, out.string(), at::kFloat, /*max_shard_bytes=*/30000);
+  if (g_me.rank == 0) {
+    io::CheckpointReader saved(out.string()), original(source);
+    CHECK(saved.names() == original.names());
+    for (const auto& name : original.names()) {
+      INFO(name);
+      CHECK(at::equal(saved.read(name), original.read(name)));
+    }
+    CHECK(fs::exists(out / "model.safetensors.index.json"));
+    std::string command = std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/check_hf_load.py " +
+                          out.string() + " " + source + "/reference.safetensors 2>&1";
+    CHECK(std::system(command.c_str()) == 0);
+    fs::remove_all(out);
+  }
+  g_comm->barrier();  // rank 0 is done with the files before the next test
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "areal/io/checkpoint.h"
 #include "areal/model/builtin_model.h"
@@ -47,9 +48,14 @@ struct StageMeter {
 
 // An order-independent, exact fingerprint of float32 values: their bit patterns summed
 // as integers (wrap-free for any model size), so shards summed across ranks equal the
-// whole unit's fingerprint exactly.
+// whole unit's fingerprint exactly. In pieces, so the int64 copy stays small.
 int64_t fingerprint(const at::Tensor& float32_values) {
-  return float32_values.contiguous().cpu().view(at::kInt).to(at::kLong).sum().item<int64_t>();
+  constexpr int64_t kPiece = int64_t{1} << 22;
+  at::Tensor bits = float32_values.contiguous().view(at::kInt).view(-1);
+  int64_t sum = 0;
+  for (int64_t offset = 0; offset < bits.numel(); offset += kPiece)
+    sum += bits.narrow(0, offset, std::min(kPiece, bits.numel() - offset)).to(at::kLong).sum().item<int64_t>();
+  return sum;
 }
 
 std::string config_path_of(const std::string& model_path) {
@@ -70,7 +76,8 @@ void init_from_seed(ShardedModel& model, int64_t seed, std::vector<int64_t>& exp
 
 // One unit's flat buffer filled from the checkpoint, tensor by tensor.
 at::Tensor read_unit(const io::CheckpointReader& checkpoint, const UnitLayout& unit, Progress& progress) {
-  at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+  at::Tensor flat = at::empty({unit.padded_numel}, at::kFloat);
+  flat.narrow(0, unit.numel, unit.padded_numel - unit.numel).zero_();  // the padding; the rest is read
   for (const auto& slot : unit.params) {
     at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
     checkpoint.read_into(slot.name, view);
@@ -194,9 +201,8 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   return result;
 }
 
-std::string stage_table(const InitResult& result, Communicator& comm) {
-  // Per rank: [seconds, peak growth] for each stage, then its shard bytes.
-  const size_t stages = result.stages.size();
+InitReport gather_init_report(const InitResult& result, Communicator& comm) {
+  // Per rank: [seconds, peak growth] for each stage and the whole init, then shard bytes.
   std::vector<double> mine;
   for (const auto& s : result.stages) {
     mine.push_back(s.seconds);
@@ -208,39 +214,72 @@ std::string stage_table(const InitResult& result, Communicator& comm) {
   at::Tensor local = at::tensor(mine, at::kDouble);
   at::Tensor all = at::empty({local.numel() * comm.world_size()}, at::kDouble);
   comm.all_gather(local, all);
-  if (comm.rank() != 0) return "";
 
-  const int64_t per_rank = local.numel();
-  auto at_rank = [&](int r, size_t i) { return all[r * per_rank + i].item<double>(); };
-  std::string table = cat("staged init of ", result.source, "\n");
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-13s %10s", "stage", "time");
-  table += line;
+  InitReport report;
+  if (comm.rank() != 0) return report;
+  report.source = result.source;
+  for (const auto& s : result.stages) report.stage_names.push_back(s.name);
+  for (const auto& unit : result.model->units())
+    report.largest_unit_bytes = std::max<int64_t>(report.largest_unit_bytes, unit.padded_numel * 4);
+  const size_t stages = result.stages.size();
+  auto values = all.accessor<double, 1>();
   for (int r = 0; r < comm.world_size(); ++r) {
-    std::snprintf(line, sizeof line, "  %15s", cat("peak +mem r", r).c_str());
-    table += line;
+    const int64_t base = r * local.numel();
+    std::vector<StageStats> row;
+    for (size_t s = 0; s < stages; ++s)
+      row.push_back({result.stages[s].name, values[base + 2 * s], static_cast<int64_t>(values[base + 2 * s + 1])});
+    report.ranks.push_back(row);
+    report.seconds.push_back(values[base + 2 * stages]);
+    report.peak_growth_bytes.push_back(static_cast<int64_t>(values[base + 2 * stages + 1]));
+    report.shard_bytes.push_back(static_cast<int64_t>(values[base + 2 * stages + 2]));
   }
+  return report;
+}
+
+std::string format_init_table(const InitReport& report) {
+  const size_t ranks = report.ranks.size();
+  std::string table = cat("staged init of ", report.source, "\n");
+  char cell[64];
+  auto add = [&](const char* format, auto value) {
+    std::snprintf(cell, sizeof cell, format, value);
+    table += cell;
+  };
+  add("  %-13s", "stage");
+  add(" %10s", "time");
+  for (size_t r = 0; r < ranks; ++r) add("  %15s", cat("peak +mem r", r).c_str());
   table += "\n";
-  // Rows: each stage, then the whole init (index `stages`); time is the slowest rank's.
-  for (size_t s = 0; s <= stages; ++s) {
+  for (size_t s = 0; s <= report.stage_names.size(); ++s) {  // the last row: the whole init
+    const bool whole = s == report.stage_names.size();
     double slowest = 0;
-    for (int r = 0; r < comm.world_size(); ++r) slowest = std::max(slowest, at_rank(r, 2 * s));
-    std::snprintf(line, sizeof line, "  %-13s %9.3fs", s < stages ? result.stages[s].name.c_str() : "whole init",
-                  slowest);
-    table += line;
-    for (int r = 0; r < comm.world_size(); ++r) {
-      std::snprintf(line, sizeof line, "  %15s", format_bytes(static_cast<int64_t>(at_rank(r, 2 * s + 1))).c_str());
-      table += line;
-    }
+    for (size_t r = 0; r < ranks; ++r) slowest = std::max(slowest, whole ? report.seconds[r] : report.ranks[r][s].seconds);
+    add("  %-13s", whole ? "whole init" : report.stage_names[s].c_str());
+    add(" %9.3fs", slowest);
+    for (size_t r = 0; r < ranks; ++r)
+      add("  %15s", format_bytes(whole ? report.peak_growth_bytes[r] : report.ranks[r][s].peak_growth_bytes).c_str());
     table += "\n";
   }
-  std::snprintf(line, sizeof line, "  %-13s %10s", "shard bytes", "");
-  table += line;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    std::snprintf(line, sizeof line, "  %15s", format_bytes(static_cast<int64_t>(at_rank(r, 2 * stages + 2))).c_str());
-    table += line;
-  }
+  add("  %-13s", "shard bytes");
+  add(" %10s", "");
+  for (size_t r = 0; r < ranks; ++r) add("  %15s", format_bytes(report.shard_bytes[r]).c_str());
   return table;
+}
+
+std::string init_report_json(const InitReport& report) {
+  nlohmann::ordered_json j;
+  j["source"] = report.source;
+  j["world_size"] = report.ranks.size();
+  j["largest_unit_bytes"] = report.largest_unit_bytes;
+  j["ranks"] = nlohmann::ordered_json::array();
+  for (size_t r = 0; r < report.ranks.size(); ++r) {
+    nlohmann::ordered_json rank = {{"rank", r},
+                                   {"seconds", report.seconds[r]},
+                                   {"peak_growth_bytes", report.peak_growth_bytes[r]},
+                                   {"shard_bytes", report.shard_bytes[r]}};
+    for (const auto& s : report.ranks[r])
+      rank["stages"][s.name] = {{"seconds", s.seconds}, {"peak_growth_bytes", s.peak_growth_bytes}};
+    j["ranks"].push_back(rank);
+  }
+  return j.dump(2) + "\n";
 }
 
 }  // namespace areal

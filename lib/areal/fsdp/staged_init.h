@@ -43,8 +43,22 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
 // buffer): a function of the seed and the unit only, never of the world size.
 at::Tensor seeded_unit(const UnitLayout& layout, size_t unit_index, int64_t seed);
 
-// Collective: every rank's stages gathered to rank 0 as a table (time and peak memory
-// growth per rank, shard bytes beside them); "" on the other ranks.
-std::string stage_table(const InitResult& result, Communicator& comm);
+// Every rank's stage figures, gathered to rank 0.
+struct InitReport {
+  std::string source;
+  std::vector<std::string> stage_names;
+  std::vector<std::vector<StageStats>> ranks;  // [rank][stage]
+  std::vector<double> seconds;                 // [rank] whole init
+  std::vector<int64_t> peak_growth_bytes;      // [rank] whole init
+  std::vector<int64_t> shard_bytes;            // [rank]
+  int64_t largest_unit_bytes = 0;              // float32, padded
+};
+
+// Collective: complete on rank 0, empty elsewhere.
+InitReport gather_init_report(const InitResult& result, Communicator& comm);
+// The table rank 0 logs: one row per stage (slowest rank's time, each rank's peak growth).
+std::string format_init_table(const InitReport& report);
+// The same figures as JSON (written to <run dir>/init_stages.json by --job init).
+std::string init_report_json(const InitReport& report);
 
 }  // namespace areal

@@ -1,0 +1,17 @@
+// Where a run keeps its files: <cluster.fileroot>/<experiment_name>/<trial_name>/,
+// as AReaL lays out its runs.
+#pragma once
+
+#include <string>
+
+#include "areal/config/config.h"
+
+namespace areal {
+
+std::string run_dir(const Config& cfg);
+
+// Writes `text` to run_dir(cfg)/name (creating the directory; temp file + rename).
+// Returns the path written.
+std::string write_run_file(const Config& cfg, const std::string& name, const std::string& text);
+
+}  // namespace areal

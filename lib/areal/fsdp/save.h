@@ -1,0 +1,19 @@
+// Saving a sharded model as a Hugging Face checkpoint, one unit at a time: each unit is
+// gathered, written by rank 0 and freed, so the whole model is never in any rank's
+// memory. Collective: every rank calls it.
+#pragma once
+
+#include <string>
+
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+
+namespace areal {
+
+// Writes `dir` (config.json + safetensors, sharded at `max_shard_bytes`) with the
+// weights in `dtype` (float32: bit-identical to the master shards). Atomic: see
+// io::write_checkpoint. Returns on every rank once rank 0 has finished.
+void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
+                             at::ScalarType dtype, uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+}  // namespace areal
