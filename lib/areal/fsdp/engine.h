@@ -1,0 +1,48 @@
+// Forward and backward on the shards (DESIGN.md, "Sharding unit", the recompute way).
+//
+// Each use of a unit is one autograd Function whose inputs are the activations and the
+// unit's float32 shard. Forward all-gathers the unit in the compute dtype, runs it
+// without recording a graph, and frees the gathered buffer. Backward gathers again,
+// re-runs the unit with grad, back-propagates into the gathered buffer, and
+// reduce-scatters that flat gradient (averaged over ranks, in grad_reduce_dtype) into
+// the shard's gradient. This is FSDP with activation checkpointing per unit. The root
+// unit is used twice (embedding, then norm and head), so a tied head's gradient is the
+// sum of both uses, as autograd accumulates it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <memory>
+
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+
+namespace areal {
+
+struct UnitCall;  // one use of a unit in one forward (engine.cpp)
+
+class FsdpEngine {
+ public:
+  FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType compute_dtype, at::ScalarType grad_reduce_dtype);
+  ~FsdpEngine();
+
+  // Logits [B, T, vocab] in the compute dtype. The shards require grad; a backward
+  // from these logits leaves each rank's shard gradients in shard(u).grad().
+  // Collective: every rank calls it (with its own batch), and backward likewise.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {});
+
+  ShardedModel& model() { return model_; }
+  Communicator& comm() { return comm_; }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+  at::ScalarType grad_reduce_dtype() const { return grad_reduce_dtype_; }
+
+ private:
+  ShardedModel& model_;
+  Communicator& comm_;
+  at::ScalarType compute_dtype_;
+  at::ScalarType grad_reduce_dtype_;
+  std::deque<UnitCall> calls_;  // the current forward's unit uses, alive until its backward
+};
+
+}  // namespace areal

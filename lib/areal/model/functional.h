@@ -1,0 +1,43 @@
+// The decoder's computation as plain functions of tensors. The modules in
+// transformer.h call these with their own parameters; the FSDP engine calls them with
+// views of a gathered unit. One implementation, so both compute the same thing.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+
+#include "areal/model/model_config.h"
+
+namespace areal {
+
+struct KVCache;
+
+// A layer's weights by their name inside the layer ("self_attn.q_proj.weight");
+// an undefined tensor for a name the layer does not have (a missing bias).
+using LayerWeights = std::function<at::Tensor(const std::string& name)>;
+
+// What attention needs besides the hidden states, for tokens [past, past + T).
+struct AttentionInputs {
+  at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
+  at::Tensor mask;      // [B, 1, T, past + T]: true where a query may attend to a key
+};
+
+// Positions count each sequence's real tokens (left padding is skipped over); a query
+// attends to earlier non-padding keys and always to itself (so no row is all masked).
+// With a cache, the cache's mask grows by this step's mask.
+AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& input_ids,
+                                 const at::Tensor& attention_mask, KVCache* cache, at::ScalarType dtype);
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's.
+at::Tensor decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
+                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values);
+
+// Final norm and LM head (the embedding matrix when tied).
+at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,
+                     const at::Tensor& hidden);
+
+}  // namespace areal
