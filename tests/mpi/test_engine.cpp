@@ -9,6 +9,8 @@
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/staged_init.h"
 #include "areal/model/hf_weights.h"
+#include "areal/optim/adamw.h"
+#include <torch/torch.h>
 #include "mpi_fixture.h"
 
 using namespace areal;
@@ -97,4 +99,72 @@ TEST_CASE("engine: gradients accumulate over micro-batches", "[mpi][engine]") {
   }
   for (size_t u = 0; u < init.model->units().size(); ++u)
     CHECK(at::allclose(init.model->shard(u).grad(), whole[u], 1e-4, 1e-7));
+}
+
+TEST_CASE("engine: weights after 5 AdamW steps (clipped, decayed) equal a single-process run", "[mpi][engine][optim]") {
+  const std::string path = kFixtures + "/qwen2_tied";
+  Config cfg;
+  cfg.model_path = path;
+  cfg.fsdp.memory_efficient_load = true;
+  cfg.device = "cpu";
+  cfg.optimizer.lr = 1e-3;
+  cfg.optimizer.weight_decay = 0.05;
+  cfg.optimizer.gradient_clipping = 0.01;  // below the steps' norms: clipping is exercised
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
+  std::vector<at::Tensor> shards;
+  for (size_t u = 0; u < init.model->units().size(); ++u) shards.push_back(init.model->shard(u));
+  ShardedAdamW optimizer(shards, cfg.optimizer, *g_comm);
+
+  auto reference = load_causal_lm(path, at::kFloat);
+  for (auto& p : reference->parameters()) p.requires_grad_(true);
+  torch::optim::AdamW reference_optimizer(
+      reference->parameters(),
+      torch::optim::AdamWOptions(cfg.optimizer.lr).betas({cfg.optimizer.beta1, cfg.optimizer.beta2})
+          .eps(cfg.optimizer.eps).weight_decay(cfg.optimizer.weight_decay));
+
+  const int64_t rows = 2, vocab = init.model->config().vocab_size;
+  bool clipped = false;
+  for (int step = 0; step < 5; ++step) {
+    at::Tensor all_ids = at::randint(vocab, {rows * g_me.world_size, 8},
+                                     at::make_generator<at::CPUGeneratorImpl>(100 + step), at::kLong);
+    at::Tensor mine = all_ids.narrow(0, g_me.rank * rows, rows);
+    optimizer.zero_grad();
+    next_token_loss(engine.forward(mine), mine).backward();
+    StepResult result = optimizer.step(cfg.optimizer.lr);
+    CHECK_FALSE(result.skipped);
+
+    reference_optimizer.zero_grad();
+    std::vector<at::Tensor> losses;
+    for (int r = 0; r < g_me.world_size; ++r) {
+      at::Tensor ids = all_ids.narrow(0, r * rows, rows);
+      losses.push_back(next_token_loss(reference->forward(ids), ids));
+    }
+    at::stack(losses).mean().backward();
+    double reference_norm = torch::nn::utils::clip_grad_norm_(reference->parameters(), cfg.optimizer.gradient_clipping);
+    CHECK(std::abs(result.grad_norm - reference_norm) < 1e-4 * reference_norm);
+    clipped = clipped || reference_norm > cfg.optimizer.gradient_clipping;
+    reference_optimizer.step();
+  }
+  CHECK(clipped);
+  std::map<std::string, at::Tensor> reference_params;
+  for (const auto& item : reference->named_parameters()) reference_params[item.key()] = item.value();
+  for (size_t u = 0; u < init.model->units().size(); ++u) {
+    at::Tensor full = init.model->gather_unit(u, *g_comm, at::kFloat);
+    for (const auto& [param, value] : init.model->unit_views(u, full)) {
+      INFO(param);
+      CHECK(at::allclose(value, reference_params.at(param), 1e-4, 1e-5));
+    }
+  }
+}
+
+TEST_CASE("optimizer: a non-finite gradient norm skips the step on every rank", "[mpi][optim]") {
+  at::Tensor shard = at::ones({4}, at::kFloat).requires_grad_(true);
+  shard.mutable_grad() = at::full({4}, g_me.rank == 0 ? std::nan("") : 1.0);
+  OptimizerConfig config;
+  ShardedAdamW optimizer({shard}, config, *g_comm);
+  StepResult result = optimizer.step(0.1);
+  CHECK(result.skipped);
+  CHECK(at::equal(shard.detach(), at::ones({4})));
+  CHECK(optimizer.steps_taken() == 0);
 }

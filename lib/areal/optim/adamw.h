@@ -1,0 +1,39 @@
+// AdamW on the shards: float32 moments live beside each rank's shard only, so the
+// optimizer's memory is divided by the world size like the weights. Global gradient
+// clipping sums the squared norms of all ranks' shards.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "areal/config/config.h"
+#include "areal/dist/communicator.h"
+
+namespace areal {
+
+struct StepResult {
+  double grad_norm = 0;  // before clipping, over the whole model
+  bool skipped = false;  // the norm was not finite: no update was made
+};
+
+class ShardedAdamW {
+ public:
+  // `shards`: float32 leaves whose .grad the engine fills (padding included: its
+  // gradient is zero and it stays zero).
+  ShardedAdamW(std::vector<at::Tensor> shards, const OptimizerConfig& config, Communicator& comm);
+
+  // Clips (optimizer.gradient_clipping > 0) and updates every shard with `lr`, the
+  // same arithmetic as torch.optim.AdamW. Collective (the norm is global).
+  StepResult step(double lr);
+  void zero_grad();
+  int64_t steps_taken() const { return step_; }
+
+ private:
+  std::vector<at::Tensor> shards_, exp_avg_, exp_avg_sq_;
+  OptimizerConfig config_;
+  Communicator& comm_;
+  int64_t step_ = 0;
+};
+
+}  // namespace areal
