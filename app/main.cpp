@@ -10,6 +10,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/rl/sft_trainer.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 
@@ -55,6 +56,7 @@ int run_job(const areal::Config& cfg) {
       std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
       areal::log::info("stage figures written to " + path);
     }
+    if (cfg.job == "sft") areal::run_sft(cfg, me, comm, *init.model);
   }
   areal::finalize();
   return areal::kExitOk;

@@ -1,9 +1,12 @@
 // The real areal-train binary: exit codes and messages, alone and under mpirun.
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 
 #include <sys/wait.h>
 
 #include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -11,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 #include <iterator>
+
+#include "areal/model/hf_weights.h"
 
 using Catch::Matchers::Contains;
 
@@ -187,9 +192,12 @@ TEST_CASE("binary: --job init under mpirun -np 2 loads a checkpoint and prints t
   CHECK_THAT(r.output, Contains("staged init of checkpoint tests/fixtures/models/qwen2_untied (memory-efficient") &&
                            Contains("rank0_load") && Contains("broadcast") && Contains("verify") &&
                            Contains("peak +mem r1") && Contains("loading checkpoint: 100.0%"));
+  Result rl = run(kBin + " --job rl --init_from_scratch true");
+  CHECK(rl.exit_code == 2);
+  CHECK_THAT(rl.output, Contains("not implemented yet"));
   Result sft = run(kBin + " --job sft --init_from_scratch true");
   CHECK(sft.exit_code == 2);
-  CHECK_THAT(sft.output, Contains("not implemented yet"));
+  CHECK_THAT(sft.output, Contains("'train_dataset.path' is required for job=sft"));
 }
 
 TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole job naming the tensor",
@@ -217,4 +225,36 @@ TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole jo
     CHECK_THAT(r.output, Contains("model.layers.0.mlp.gate_proj.weight") && Contains("config.json implies [40, 32]"));
   }
   fs::remove_all(bad);
+}
+
+TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 1 and -np 2", "[binary][mpi][sft]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("areal_sft_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string args = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
+                           " --train_dataset.batch_size 8 --total_train_steps 6 --actor.dtype float32"
+                           " --optimizer.lr 1e-3 --cluster.fileroot ";
+  std::vector<std::vector<double>> losses;
+  for (std::string np : {"1", "2"}) {
+    Result r = run(std::string(AREAL_MPIRUN) + " -np " + np + " " + kBin + args + (root / np).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("step 6/6") && Contains("tokens/s") && Contains("saved"));
+    std::ifstream stats(root / np / "areal-train" / "trial0" / "stats.jsonl");
+    std::vector<double> run_losses;
+    for (std::string line; std::getline(stats, line);) run_losses.push_back(nlohmann::json::parse(line)["loss"]);
+    REQUIRE(run_losses.size() == 6);
+    losses.push_back(run_losses);
+  }
+  for (size_t i = 0; i < 6; ++i) CHECK(std::abs(losses[0][i] - losses[1][i]) < 1e-4);  // world size is a detail
+  CHECK(losses[0].back() < losses[0].front() - 0.5);  // it learns
+
+  auto one = areal::load_causal_lm((root / "1/areal-train/trial0/checkpoint").string(), at::kFloat);
+  auto two = areal::load_causal_lm((root / "2/areal-train/trial0/checkpoint").string(), at::kFloat);
+  auto p1 = one->named_parameters(), p2 = two->named_parameters();
+  for (size_t i = 0; i < p1.size(); ++i) {
+    INFO(p1[i].key());
+    CHECK(at::allclose(p1[i].value(), p2[i].value(), 1e-4, 1e-5));
+  }
+  fs::remove_all(root);
 }

@@ -3,7 +3,7 @@
 // tests/fixtures/make_fixtures.py, the KV cache, padding, the meta-device skeleton,
 // strict loading, and checkpoints that transformers loads back.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 #include <unistd.h>
 
 #include <filesystem>

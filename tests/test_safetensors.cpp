@@ -1,7 +1,7 @@
 // Safetensors files and Hugging Face checkpoint directories: round trips, streaming,
 // and every kind of damaged input, each with a message naming the file and tensor.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 #include <unistd.h>
 
 #include <filesystem>

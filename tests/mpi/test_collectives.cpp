@@ -3,7 +3,7 @@
 // again with messages split into 24-byte pieces. Each rank computes the expected
 // result itself from the known inputs of all ranks, in float64, independently of MPI.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 
 #include <cstdlib>
 

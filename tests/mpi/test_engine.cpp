@@ -4,7 +4,7 @@
 // reference's, whose loss is the mean of the per-rank losses.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/staged_init.h"

@@ -1,7 +1,7 @@
 // Buffers past 2^31 bytes and elements, where an int count would overflow. Hidden
 // ([.large]): CTest runs it once, under mpirun -np 2.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 
 #include "mpi_fixture.h"
 

@@ -3,7 +3,7 @@
 // bfloat16 checkpoints), the two paths give bit-identical shards, and
 // init_from_scratch gives the same weights for every world size.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_with_torch.h"
 #include <mpi.h>
 #include <unistd.h>
 

@@ -149,7 +149,8 @@ std::vector<OptionSpec> declare_options() {
   std::vector<Decl> d = {
       // ---- the run ----
       OPTION(job).doc("What to run: `init` (the staged initialization, then a table of its stages), "
-                      "`sft` or `rl` (not implemented yet).")
+                      "`sft` (init, then supervised fine-tuning on train_dataset.path with the byte-level "
+                      "tokenizer), `rl` (not implemented yet).")
           .choices({"init", "sft", "rl"}),
       OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
       OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),

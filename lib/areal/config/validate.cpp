@@ -18,9 +18,9 @@ void validate_config(const Config& cfg) {
                             " is not implemented yet; leave it at its default (", spec.format(defaults), ")"));
   }
 
-  if (cfg.job != "init")
-    throw ConfigError(cat("option 'job' = ", cfg.job, ": the ", cfg.job == "sft" ? "SFT" : "RL",
-                          " job is not implemented yet (available: init)"));
+  if (cfg.job == "rl") throw ConfigError("option 'job' = rl: the RL job is not implemented yet (available: init, sft)");
+  if (cfg.job == "sft" && cfg.train_dataset.path.empty())
+    throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
 
   if (cfg.fsdp.memory_efficient_load && cfg.init_from_scratch)
     throw ConfigError(
