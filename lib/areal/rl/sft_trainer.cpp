@@ -76,7 +76,8 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   std::ofstream stats;
   if (me.rank == 0) {
     std::filesystem::create_directories(run_dir(cfg));
-    stats.open(std::filesystem::path(run_dir(cfg)) / "stats.jsonl", std::ios::app);
+    // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
+    stats.open(std::filesystem::path(run_dir(cfg)) / "stats.jsonl", std::ios::trunc);
   }
   SftSummary summary;
   int64_t step = 0;
