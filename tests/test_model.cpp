@@ -4,6 +4,7 @@
 // strict loading, and checkpoints that transformers loads back.
 #include <ATen/ATen.h>
 #include "catch_with_torch.h"
+#include "run_python.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -187,15 +188,9 @@ TEST_CASE("model: a checkpoint written by areal-train loads in transformers with
     // Our own reader agrees first ...
     CHECK(max_diff(load_causal_lm(out, at::kFloat)->forward(ids), logits) == 0);
     // ... then transformers.
-    std::string command = std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/check_hf_load.py " + out +
-                          " " + (dir.path / (std::string(name) + "_expected.safetensors")).string() + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    REQUIRE(pipe);
-    char buffer[4096];
-    std::string output;
-    while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-    int status = pclose(pipe);
-    INFO(output);
-    CHECK(status == 0);
+    PythonResult python =
+        run_python("check_hf_load.py " + out + " " + (dir.path / (std::string(name) + "_expected.safetensors")).string());
+    INFO(python.output);
+    CHECK(python.exit_code == 0);
   }
 }

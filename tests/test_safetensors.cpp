@@ -2,6 +2,7 @@
 // and every kind of damaged input, each with a message naming the file and tensor.
 #include <ATen/ATen.h>
 #include "catch_with_torch.h"
+#include "run_python.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -259,16 +260,9 @@ TEST_CASE("safetensors: files interoperate with the reference Python implementat
   for (const auto& [name, t] : dtypes) tensors.emplace_back(name, pattern(t));
   write_safetensors(dir / "cpp.safetensors", tensors);
 
-  std::string command = std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/safetensors_interop.py " +
-                        dir.path.string() + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[4096];
-  std::string output;
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  int status = pclose(pipe);
-  INFO(output);
-  REQUIRE(status == 0);
+  PythonResult python = run_python("safetensors_interop.py " + dir.path.string());
+  INFO(python.output);
+  REQUIRE(python.exit_code == 0);
 
   SafetensorsReader reader(dir / "py.safetensors");
   for (const auto& [name, t] : dtypes) {

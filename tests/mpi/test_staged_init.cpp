@@ -4,6 +4,7 @@
 // init_from_scratch gives the same weights for every world size.
 #include <ATen/ATen.h>
 #include "catch_with_torch.h"
+#include "run_python.h"
 #include <mpi.h>
 #include <unistd.h>
 
@@ -134,9 +135,9 @@ TEST_CASE("save: a sharded model saved unit by unit loads back bit-identically, 
       CHECK(at::equal(saved.read(name), original.read(name)));
     }
     CHECK(fs::exists(out / "model.safetensors.index.json"));
-    std::string command = std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/check_hf_load.py " +
-                          out.string() + " " + source + "/reference.safetensors 2>&1";
-    CHECK(std::system(command.c_str()) == 0);
+    PythonResult python = run_python("check_hf_load.py " + out.string() + " " + source + "/reference.safetensors");
+    INFO(python.output);
+    CHECK(python.exit_code == 0);
     fs::remove_all(out);
   }
   g_comm->barrier();  // rank 0 is done with the files before the next test
