@@ -250,10 +250,10 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     CHECK_NOTHROW(validate_config(cfg));
   }
   SECTION("options of features that do not exist yet are refused when changed") {
-    cfg.actor.use_lora = true;
+    cfg.fsdp.offload_params = true;
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
-               Contains("'actor.use_lora'") && Contains("not implemented yet"));
-    cfg.actor.use_lora = false;
+               Contains("'fsdp.offload_params'") && Contains("not implemented yet"));
+    cfg.fsdp.offload_params = false;
     cfg.recover.mode = "auto";
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'recover.mode'") && Contains("resumable runs"));
   }

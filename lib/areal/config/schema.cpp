@@ -145,7 +145,6 @@ Decl make_option(const char* name, Access access) {
 
 std::vector<OptionSpec> declare_options() {
   const std::vector<std::string> dtypes = {"bfloat16", "float16", "float32"};
-  const std::string lora = "LoRA adapters (issue 5)";
   std::vector<Decl> d = {
       // ---- the run ----
       OPTION(job).doc("What to run: `init` (the staged initialization, then a table of its stages), "
@@ -204,11 +203,11 @@ std::vector<OptionSpec> declare_options() {
                                                "activations."),
       OPTION(actor.mb_max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                              "tokens (0: one micro-batch).").at_least(0),
-      OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights.").planned(lora),
-      OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1).planned(lora),
-      OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1).planned(lora),
-      OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters (`all-linear` or module names).")
-          .planned(lora),
+      OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
+      OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
+      OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),
+      OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters: `all-linear` or names among "
+                                       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj."),
       OPTION(actor.group_size).doc("Answers per prompt that form one group for advantage normalization.")
           .at_least(1),
       OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1),

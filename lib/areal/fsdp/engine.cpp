@@ -17,11 +17,16 @@ struct UnitCall {
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
 
-  // Runs the unit on `x` with the weights in `flat` (its gathered buffer).
-  at::Tensor run(const at::Tensor& x, const at::Tensor& flat) const {
+  bool has_adapter() const { return kind == Kind::Layer && engine->model().has_adapters(); }
+
+  // Runs the unit on `x` with the weights in `flat` (its gathered buffer) and, with
+  // LoRA, the layer's adapters in `adapter_flat`.
+  at::Tensor run(const at::Tensor& x, const at::Tensor& flat, const at::Tensor& adapter_flat) const {
     ShardedModel& model = engine->model();
     std::map<std::string, at::Tensor> weights;
     for (auto& [name, view] : model.unit_views(unit, flat)) weights[name] = view;
+    if (adapter_flat.defined())
+      for (auto& [name, view] : model.adapter_views(unit - 1, adapter_flat)) weights[name] = view;
     const ModelConfig& config = model.config();
     switch (kind) {
       case Kind::Embed:
@@ -38,7 +43,7 @@ struct UnitCall {
           return it == weights.end() ? at::Tensor() : it->second;
         };
         at::Tensor keys, values;  // no cache in training
-        return decoder_layer(config, lookup, x, attention, keys, values);
+        return decoder_layer(config, lookup, x, attention, keys, values, model.adapter_scale());
       }
     }
     return {};
@@ -53,42 +58,58 @@ using torch::autograd::variable_list;
 // The autograd Function of one unit use. The UnitCall travels as an address in
 // saved_data: the engine keeps it alive until the next forward.
 struct UnitFunction : public torch::autograd::Function<UnitFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shard, int64_t call_address) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shard,
+                            const at::Tensor& adapter_shard, int64_t call_address) {
     const auto* call = reinterpret_cast<const UnitCall*>(call_address);
     ctx->saved_data["call"] = call_address;
     ctx->save_for_backward({x});
     FsdpEngine& engine = *call->engine;
     at::NoGradGuard no_grad;
     at::Tensor flat = engine.model().gather_unit(call->unit, engine.comm(), engine.compute_dtype());
-    return call->run(x, flat);  // `flat` is freed when this returns
+    at::Tensor adapter_flat = call->has_adapter()
+                                  ? engine.model().gather_adapter(call->unit - 1, engine.comm(), engine.compute_dtype())
+                                  : at::Tensor();
+    return call->run(x, flat, adapter_flat);  // the gathered buffers are freed when this returns
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto* call = reinterpret_cast<const UnitCall*>(ctx->saved_data["call"].toInt());
     FsdpEngine& engine = *call->engine;
     const at::Tensor x = ctx->get_saved_variables()[0];
-    const UnitLayout& layout = engine.model().units()[call->unit];
 
-    // Gather again and re-run with grad; the gradient of the flat buffer comes out
-    // of autograd because the weights are views of it.
-    at::Tensor flat = engine.model().gather_unit(call->unit, engine.comm(), engine.compute_dtype()).requires_grad_(true);
+    // Gather again and re-run with grad; the gradient of a flat buffer comes out of
+    // autograd because the weights are views of it. With LoRA only the adapters' buffer
+    // gets a gradient: the base is frozen.
+    ShardedModel& model = engine.model();
+    const bool lora = model.has_adapters();
+    at::Tensor flat = model.gather_unit(call->unit, engine.comm(), engine.compute_dtype());
+    at::Tensor adapter_flat =
+        call->has_adapter() ? model.gather_adapter(call->unit - 1, engine.comm(), engine.compute_dtype()) : at::Tensor();
+    at::Tensor trained = lora ? adapter_flat : flat;  // undefined: a LoRA root unit trains nothing
+    if (trained.defined()) trained.requires_grad_(true);
     const bool x_needs_grad = x.defined() && x.is_floating_point();
     at::Tensor x_leaf = x_needs_grad ? x.detach().requires_grad_(true) : x;
     at::Tensor out;
     {
       at::AutoGradMode grad_mode(true);
-      out = call->run(x_leaf, flat);
+      out = call->run(x_leaf, flat, adapter_flat);
     }
-    std::vector<at::Tensor> wrt = {flat};
+    std::vector<at::Tensor> wrt;
+    if (trained.defined()) wrt.push_back(trained);
     if (x_needs_grad) wrt.push_back(x_leaf);
     auto grads = torch::autograd::grad({out}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
 
-    at::Tensor flat_grad = grads[0].defined() ? grads[0] : at::zeros_like(flat);
-    at::Tensor to_reduce = flat_grad.to(engine.grad_reduce_dtype()).contiguous();
-    at::Tensor shard_grad = at::empty({layout.shard_numel}, to_reduce.options());
-    engine.comm().reduce_scatter(to_reduce, shard_grad, ReduceOp::Avg);
-    return {x_needs_grad ? grads[1] : at::Tensor(), shard_grad.to(at::kFloat), at::Tensor()};
+    at::Tensor shard_grad;
+    if (trained.defined()) {
+      at::Tensor flat_grad = grads[0].defined() ? grads[0] : at::zeros_like(trained);
+      at::Tensor to_reduce = flat_grad.to(engine.grad_reduce_dtype()).contiguous();
+      shard_grad = at::empty({to_reduce.numel() / engine.comm().world_size()}, to_reduce.options());
+      engine.comm().reduce_scatter(to_reduce, shard_grad, ReduceOp::Avg);
+      shard_grad = shard_grad.to(at::kFloat);
+    }
+    at::Tensor x_grad = x_needs_grad ? grads.back() : at::Tensor();
+    return {x_grad, lora ? at::Tensor() : shard_grad, lora ? shard_grad : at::Tensor(), at::Tensor()};
   }
 };
 
@@ -97,7 +118,7 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType compute_dtype,
                        at::ScalarType grad_reduce_dtype)
     : model_(model), comm_(comm), compute_dtype_(compute_dtype), grad_reduce_dtype_(grad_reduce_dtype) {
-  for (size_t u = 0; u < model_.units().size(); ++u) model_.shard(u).requires_grad_(true);
+  for (at::Tensor& shard : model_.trainable_shards()) shard.requires_grad_(true);
 }
 
 FsdpEngine::~FsdpEngine() = default;
@@ -107,7 +128,10 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& at
   using Kind = UnitCall::Kind;
   auto apply = [&](UnitCall call, const at::Tensor& x) {
     calls_.push_back(std::move(call));
-    return UnitFunction::apply(x, model_.shard(calls_.back().unit), reinterpret_cast<int64_t>(&calls_.back()));
+    const UnitCall& c = calls_.back();
+    // Custom Functions take no undefined inputs: an empty tensor stands for "no adapter".
+    at::Tensor adapter = c.has_adapter() ? model_.adapter_shard(c.unit - 1) : at::empty({0});
+    return UnitFunction::apply(x, model_.shard(c.unit), adapter, reinterpret_cast<int64_t>(&c));
   };
   at::Tensor h = apply({this, 0, Kind::Embed, input_ids, {}}, input_ids);
   AttentionInputs attention = attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_);

@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "areal/io/checkpoint.h"
 
@@ -40,6 +43,29 @@ void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, cons
         return views.at(spec.name);
       },
       max_shard_bytes);
+  comm.barrier();
+}
+
+void save_lora_adapters(const ShardedModel& model, Communicator& comm, const ActorConfig& actor,
+                        const std::string& dir) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
+    at::Tensor flat = model.gather_adapter(layer, comm, at::kFloat);  // adapters are small: all of them at once
+    for (auto& [name, view] : model.adapter_views(layer, flat)) tensors.emplace_back("base_model.model." + name, view);
+  }
+  if (comm.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    io::write_safetensors((std::filesystem::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
+    std::vector<std::string> targets = actor.target_modules;
+    if (targets == std::vector<std::string>{"all-linear"})
+      targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    nlohmann::ordered_json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
+                                     {"r", actor.lora_rank},       {"lora_alpha", actor.lora_alpha},
+                                     {"lora_dropout", 0.0},        {"bias", "none"},
+                                     {"target_modules", targets},  {"fan_in_fan_out", false},
+                                     {"inference_mode", true},     {"base_model_name_or_path", dir}};
+    std::ofstream(std::filesystem::path(dir) / "adapter_config.json") << config.dump(2) << "\n";
+  }
   comm.barrier();
 }
 

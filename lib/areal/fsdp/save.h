@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "areal/config/config.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
 
@@ -15,5 +16,10 @@ namespace areal {
 // io::write_checkpoint. Returns on every rank once rank 0 has finished.
 void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
                              at::ScalarType dtype, uint64_t max_shard_bytes = uint64_t{5} << 30);
+
+// The LoRA adapters in PEFT's layout inside `dir`: adapter_model.safetensors (names
+// `base_model.model.<name>`) and adapter_config.json. Collective.
+void save_lora_adapters(const ShardedModel& model, Communicator& comm, const ActorConfig& actor,
+                        const std::string& dir);
 
 }  // namespace areal

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "areal/fsdp/lora.h"
 #include "areal/io/checkpoint.h"
 #include "areal/model/builtin_model.h"
 #include "areal/model/hf_weights.h"
@@ -193,6 +194,18 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
       throw std::runtime_error(cat("verify: the shards of unit '", model.units()[u].name,
                                    "' do not add up to the unit that was loaded"));
   verify_stage.end(t);
+
+  // LoRA adapters, generated on every rank from the seed like a scratch unit (B = 0:
+  // the adapted model starts equal to the loaded one).
+  if (cfg.actor.use_lora) {
+    LoraSpec spec = lora_spec(cfg.actor);
+    model.add_adapters(plan_adapter_units(*skeleton, spec, me.world_size), spec.scale);
+    for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
+      const UnitLayout& unit = model.adapter_units()[layer];
+      model.adapter_shard(layer).copy_(
+          seeded_adapter_unit(unit, layer, cfg.seed).narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
+    }
+  }
 
   result.stages = {skeleton_stage.stats, shard_stage.stats, load_stage.stats, send_stage.stats, verify_stage.stats};
   result.seconds = seconds_since(init_start);

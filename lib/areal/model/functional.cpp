@@ -35,11 +35,14 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
-                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values) {
+                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
-    return at::linear(in, w(name + ".weight"), w(name + ".bias"));
+    at::Tensor out = at::linear(in, w(name + ".weight"), w(name + ".bias"));
+    if (at::Tensor a = w(name + ".lora_A.weight"); a.defined())
+      out = out + at::linear(at::linear(in, a), w(name + ".lora_B.weight")) * lora_scale;
+    return out;
   };
 
   at::Tensor h = rms_norm(x, w("input_layernorm.weight"), c.rms_norm_eps);

@@ -33,8 +33,11 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's.
+// A linear `name` with weights `name.lora_A.weight` and `name.lora_B.weight` adds
+// lora_scale * B (A x) (LoRA).
 at::Tensor decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
-                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values);
+                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
+                         double lora_scale = 0.0);
 
 // Final norm and LM head (the embedding matrix when tied).
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,

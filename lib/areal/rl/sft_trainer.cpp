@@ -69,9 +69,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
 
   const at::Device device(me.device);
   FsdpEngine engine(model, comm, dtype_named(cfg.actor.dtype), dtype_named(cfg.actor.grad_reduce_dtype));
-  std::vector<at::Tensor> shards;
-  for (size_t u = 0; u < model.units().size(); ++u) shards.push_back(model.shard(u));
-  ShardedAdamW optimizer(shards, cfg.optimizer, comm);
+  ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
 
   std::ofstream stats;
   if (me.rank == 0) {
@@ -131,6 +129,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   summary.steps = step;
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   save_sharded_checkpoint(model, comm, summary.checkpoint, at::kFloat);
+  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, summary.checkpoint);
   log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss, "; saved ",
                 summary.checkpoint));
   return summary;

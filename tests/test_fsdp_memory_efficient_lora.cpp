@@ -1,0 +1,92 @@
+// Memory-efficient load with LoRA on (run under mpirun -np 1..4 with the other
+// multi-rank tests). AReaL's own test of this combination never checks the base
+// weights; here they must equal the checkpoint exactly, the adapters must start as
+// LoRA prescribes (B = 0, so the first forward equals the base model's), and a
+// training step must change the adapters and nothing else.
+#include <ATen/ATen.h>
+#include "catch_with_torch.h"
+
+#include "areal/fsdp/engine.h"
+#include "areal/fsdp/staged_init.h"
+#include "areal/io/checkpoint.h"
+#include "areal/model/hf_weights.h"
+#include "areal/optim/adamw.h"
+#include "mpi/mpi_fixture.h"
+
+using namespace areal;
+using areal::testing::g_comm;
+using areal::testing::g_me;
+
+TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B = 0, only adapters train",
+          "[mpi][lora]") {
+  const std::string path = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+  Config cfg;
+  cfg.model_path = path;
+  cfg.fsdp.memory_efficient_load = true;
+  cfg.device = "cpu";
+  cfg.actor.use_lora = true;
+  cfg.actor.lora_rank = 4;
+  cfg.actor.lora_alpha = 8;
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  ShardedModel& model = *init.model;
+  REQUIRE(model.has_adapters());
+  CHECK(model.adapter_scale() == 2.0);
+
+  // The base: exactly the checkpoint.
+  io::CheckpointReader checkpoint(path);
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    at::Tensor full = model.gather_unit(u, *g_comm, at::kFloat);
+    for (const auto& [name, view] : model.unit_views(u, full)) {
+      INFO(name);
+      CHECK(at::equal(view, checkpoint.read(name)));
+    }
+  }
+  // The adapters: every linear of every layer, A random within PEFT's bound, B zero.
+  const int64_t linears = 7;
+  for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
+    at::Tensor full = model.gather_adapter(layer, *g_comm, at::kFloat);
+    auto views = model.adapter_views(layer, full);
+    CHECK(static_cast<int64_t>(views.size()) == 2 * linears);
+    for (const auto& [name, view] : views) {
+      INFO(name);
+      if (name.find("lora_B") != std::string::npos) {
+        CHECK(view.abs().max().item<double>() == 0);
+      } else {
+        CHECK(view.abs().max().item<double>() > 0);
+        CHECK(view.abs().max().item<double>() <= 1.0 / std::sqrt(static_cast<double>(view.size(1))));
+      }
+    }
+  }
+
+  // The first forward equals the base model's (B = 0).
+  FsdpEngine engine(model, *g_comm, at::kFloat, at::kFloat);
+  at::Tensor ids = io::SafetensorsReader(path + "/reference.safetensors").read("input_ids");
+  at::Tensor logits = engine.forward(ids);
+  {
+    at::NoGradGuard no_grad;
+    CHECK(at::allclose(logits, load_causal_lm(path, at::kFloat)->forward(ids), 1e-5, 1e-5));
+  }
+
+  // One step: the adapters move, the base does not, and only adapters have optimizer state.
+  std::vector<at::Tensor> base_before, adapters_before;
+  for (size_t u = 0; u < model.units().size(); ++u) base_before.push_back(model.shard(u).detach().clone());
+  for (size_t l = 0; l < model.adapter_units().size(); ++l) adapters_before.push_back(model.adapter_shard(l).detach().clone());
+  std::vector<at::Tensor> trainable = model.trainable_shards();
+  CHECK(trainable.size() == model.adapter_units().size());
+  cfg.optimizer.lr = 1e-2;
+  ShardedAdamW optimizer(trainable, cfg.optimizer, *g_comm);
+  const int64_t length = ids.size(1), vocab = logits.size(-1);
+  at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, vocab}), ids.narrow(1, 1, length - 1).reshape({-1}))
+      .backward();
+  for (size_t u = 0; u < model.units().size(); ++u) CHECK_FALSE(model.shard(u).grad().defined());
+  CHECK_FALSE(optimizer.step(cfg.optimizer.lr).skipped);
+  for (size_t u = 0; u < model.units().size(); ++u) CHECK(at::equal(model.shard(u), base_before[u]));
+  at::Tensor moved = at::zeros({1}, at::kDouble);
+  for (size_t l = 0; l < model.adapter_units().size(); ++l)
+    moved += (model.adapter_shard(l).detach() - adapters_before[l]).abs().sum().to(at::kDouble);
+  g_comm->all_reduce(moved, ReduceOp::Sum);
+  CHECK(moved.item<double>() > 0);
+  // lora_B is no longer zero: the adapted model now differs from the base.
+  at::Tensor b = model.adapter_views(0, model.gather_adapter(0, *g_comm, at::kFloat)).at(1).second;
+  CHECK(b.abs().max().item<double>() > 0);
+}
