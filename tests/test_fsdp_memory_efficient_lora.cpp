@@ -27,8 +27,9 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
   cfg.actor.use_lora = true;
   cfg.actor.lora_rank = 4;
   cfg.actor.lora_alpha = 8;
-  InitResult init = staged_init(cfg, g_me, *g_comm);
-  ShardedModel& model = *init.model;
+  cfg.actor.dtype = "float32";
+  FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);  // the C++ API: a Config in code, then the engine
+  ShardedModel& model = fsdp.model();
   REQUIRE(model.has_adapters());
   CHECK(model.adapter_scale() == 2.0);
 
@@ -59,7 +60,7 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
   }
 
   // The first forward equals the base model's (B = 0).
-  FsdpEngine engine(model, *g_comm, at::kFloat, at::kFloat);
+  FsdpEngine& engine = *fsdp.engine;
   at::Tensor ids = io::SafetensorsReader(path + "/reference.safetensors").read("input_ids");
   at::Tensor logits = engine.forward(ids);
   {

@@ -115,6 +115,21 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
 }  // namespace
 
+at::ScalarType dtype_from_name(const std::string& name) {
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "float32") return at::kFloat;
+  throw std::invalid_argument("unknown dtype name '" + name + "' (bfloat16, float16, float32)");
+}
+
+FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& comm) {
+  FsdpModel result;
+  result.init = staged_init(cfg, me, comm);
+  result.engine = std::make_unique<FsdpEngine>(*result.init.model, comm, dtype_from_name(cfg.actor.dtype),
+                                               dtype_from_name(cfg.actor.grad_reduce_dtype));
+  return result;
+}
+
 FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType compute_dtype,
                        at::ScalarType grad_reduce_dtype)
     : model_(model), comm_(comm), compute_dtype_(compute_dtype), grad_reduce_dtype_(grad_reduce_dtype) {

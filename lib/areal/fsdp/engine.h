@@ -15,8 +15,10 @@
 #include <deque>
 #include <memory>
 
+#include "areal/config/config.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/staged_init.h"
 
 namespace areal {
 
@@ -44,5 +46,28 @@ class FsdpEngine {
   at::ScalarType grad_reduce_dtype_;
   std::deque<UnitCall> calls_;  // the current forward's unit uses, alive until its backward
 };
+
+// "bfloat16" | "float16" | "float32" (actor.dtype, actor.grad_reduce_dtype) as a dtype.
+at::ScalarType dtype_from_name(const std::string& name);
+
+// What make_fsdp_engine builds: the sharded model (with the figures of its staged
+// initialization) and the engine that runs it.
+struct FsdpModel {
+  InitResult init;
+  std::unique_ptr<FsdpEngine> engine;
+  ShardedModel& model() { return *init.model; }
+};
+
+// The C++ entry point: the staged initialization from `cfg` (checkpoint or seed,
+// memory-efficient or plain, LoRA), then an engine in actor.dtype with gradients
+// reduced in actor.grad_reduce_dtype. Collective. An optimizer goes on
+// model().trainable_shards().
+//
+//   areal::Config cfg;
+//   cfg.model_path = "/models/qwen";
+//   cfg.fsdp.memory_efficient_load = true;
+//   cfg.actor.use_lora = true;
+//   areal::FsdpModel fsdp = areal::make_fsdp_engine(cfg, me, comm);
+FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& comm);
 
 }  // namespace areal

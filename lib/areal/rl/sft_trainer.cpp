@@ -22,12 +22,6 @@
 namespace areal {
 namespace {
 
-at::ScalarType dtype_named(const std::string& name) {
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  return at::kFloat;
-}
-
 // This rank's rows of a batch (every world_size-th), right-padded: ids and mask [rows, T].
 std::pair<at::Tensor, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch, int rank,
                                             int world_size) {
@@ -68,7 +62,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   log::info(cat("sft: ", data.size(), " sequences, ", per_epoch, " steps per epoch, ", total_steps, " steps"));
 
   const at::Device device(me.device);
-  FsdpEngine engine(model, comm, dtype_named(cfg.actor.dtype), dtype_named(cfg.actor.grad_reduce_dtype));
+  FsdpEngine engine(model, comm, dtype_from_name(cfg.actor.dtype), dtype_from_name(cfg.actor.grad_reduce_dtype));
   ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
 
   std::ofstream stats;
