@@ -172,7 +172,8 @@ std::vector<OptionSpec> declare_options() {
       OPTION(fsdp.memory_efficient_load)
           .doc("Rank 0 streams the checkpoint tensor by tensor and sends each rank its shard; no rank holds "
                "the whole model. Cannot be combined with `init_from_scratch`."),
-      OPTION(fsdp.reshard_after_forward).doc("Free each unit's gathered weights after its forward pass."),
+      OPTION(fsdp.reshard_after_forward).doc("Free each unit's gathered weights after its forward pass.")
+          .planned("keeping gathered units after forward"),
       OPTION(fsdp.offload_params).doc("Keep parameter shards in host memory between uses.")
           .planned("parameter offloading"),
       OPTION(fsdp.wrap_policy.transformer_layer_cls_to_wrap)
@@ -200,48 +201,77 @@ std::vector<OptionSpec> declare_options() {
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),
       OPTION(actor.gradient_checkpointing).doc("Recompute each unit's forward in backward instead of keeping "
-                                               "activations."),
+                                               "activations.")
+          .planned("keeping activations instead of recomputing them"),
       OPTION(actor.mb_max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
-                                             "tokens (0: one micro-batch).").at_least(0),
+                                             "tokens (0: one micro-batch).").at_least(0)
+          .planned("micro-batching by token count"),
       OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
       OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),
       OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters: `all-linear` or names among "
                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj."),
       OPTION(actor.group_size).doc("Answers per prompt that form one group for advantage normalization.")
-          .at_least(1),
-      OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1),
-      OPTION(actor.eps_clip).doc("PPO clipping range (ratio within 1 +/- eps_clip).").positive(),
-      OPTION(actor.eps_clip_higher).doc("Upper clipping range if different from eps_clip (0: same).").at_least(0),
-      OPTION(actor.c_clip).doc("Dual-clip bound for negative advantages, > 1 (0: off).").at_least(0),
-      OPTION(actor.temperature).doc("Temperature applied to logits when computing log-probabilities.").positive(),
-      OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive(),
-      OPTION(actor.reward_bias).doc("Added to every reward before scaling."),
-      OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive(),
+          .at_least(1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.eps_clip).doc("PPO clipping range (ratio within 1 +/- eps_clip).").positive()
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.eps_clip_higher).doc("Upper clipping range if different from eps_clip (0: same).").at_least(0)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.c_clip).doc("Dual-clip bound for negative advantages, > 1 (0: off).").at_least(0)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.temperature).doc("Temperature applied to logits when computing log-probabilities.").positive()
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive()
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.reward_bias).doc("Added to every reward before scaling.")
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive()
+          .planned("the RL loop (job=rl)"),
       OPTION(actor.adv_norm.mean_level).doc("Subtract the advantage mean over the `batch`, the `group`, or `none`.")
-          .choices({"batch", "group", "none"}),
-      OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean."),
+          .choices({"batch", "group", "none"})
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean.")
+          .planned("the RL loop (job=rl)"),
       OPTION(actor.adv_norm.std_level).doc("Divide by the advantage std over the `batch`, the `group`, or `none`.")
-          .choices({"batch", "group", "none"}),
-      OPTION(actor.adv_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation."),
-      OPTION(actor.adv_norm.eps).doc("Added to the std before dividing.").positive(),
-      OPTION(actor.kl_ctl).doc("Weight of the KL penalty to the reference model (0: no reference).").at_least(0),
-      OPTION(actor.kl_estimator).doc("KL estimator.").choices({"k1", "k2", "k3"}),
-      OPTION(actor.discount).doc("Reward discount factor.").range(0, 1),
-      OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1),
-      OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine."),
+          .choices({"batch", "group", "none"})
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.adv_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation.")
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.adv_norm.eps).doc("Added to the std before dividing.").positive()
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.kl_ctl).doc("Weight of the KL penalty to the reference model (0: no reference).").at_least(0)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.kl_estimator).doc("KL estimator.").choices({"k1", "k2", "k3"})
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.discount).doc("Reward discount factor.").range(0, 1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine.")
+          .planned("the RL loop (job=rl)"),
 
       // ---- generation ----
-      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
-      OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
+      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1)
+          .planned("the RL loop (job=rl)"),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")
-          .at_least(0),
-      OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling."),
-      OPTION(gconfig.temperature).doc("Sampling temperature.").positive(),
+          .at_least(0)
+          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling.")
+          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.temperature).doc("Sampling temperature.").positive()
+          .planned("the RL loop (job=rl)"),
       OPTION(gconfig.top_p).doc("Nucleus sampling: keep the smallest token set with this much probability.")
-          .range(0, 1),
-      OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1),
-      OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS)."),
+          .range(0, 1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1)
+          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS).")
+          .planned("the RL loop (job=rl)"),
 
       // ---- data ----
       OPTION(train_dataset.path).doc("Training data: a JSONL file, or `builtin:<task>` for a generated task."),
@@ -252,16 +282,23 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
 
       // ---- checkpoints, recovery, stats ----
-      OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0),
-      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint every N steps (0: never).").at_least(0),
-      OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0),
+      OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0)
+          .planned("periodic saving"),
+      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint every N steps (0: never).").at_least(0)
+          .planned("periodic saving"),
+      OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0)
+          .planned("periodic saving"),
       OPTION(recover.mode).doc("Resume from recovery checkpoints: `disabled`, `auto`, `resume`.")
           .choices({"disabled", "auto", "resume"})
           .planned("resumable runs"),
-      OPTION(recover.freq_epochs).doc("Write recovery state every N epochs (0: never).").at_least(0),
-      OPTION(recover.freq_steps).doc("Write recovery state every N steps (0: never).").at_least(0),
-      OPTION(recover.freq_secs).doc("Write recovery state every N seconds (0: never).").at_least(0),
-      OPTION(recover.retries).doc("Times a failed run is resumed before giving up.").at_least(0),
+      OPTION(recover.freq_epochs).doc("Write recovery state every N epochs (0: never).").at_least(0)
+          .planned("resumable runs"),
+      OPTION(recover.freq_steps).doc("Write recovery state every N steps (0: never).").at_least(0)
+          .planned("resumable runs"),
+      OPTION(recover.freq_secs).doc("Write recovery state every N seconds (0: never).").at_least(0)
+          .planned("resumable runs"),
+      OPTION(recover.retries).doc("Times a failed run is resumed before giving up.").at_least(0)
+          .planned("resumable runs"),
       OPTION(stats_logger.tensorboard.path).doc("Directory for TensorBoard event files (empty: none).")
           .planned("TensorBoard output"),
 

@@ -10,14 +10,6 @@
 namespace areal {
 
 void validate_config(const Config& cfg) {
-  // A declared option whose feature does not exist yet must not be silently ignored.
-  const Config defaults;
-  for (const auto& spec : option_schema()) {
-    if (!spec.not_implemented.empty() && spec.format(cfg) != spec.format(defaults))
-      throw ConfigError(cat("option '", spec.name, "' = ", spec.format(cfg), ": ", spec.not_implemented,
-                            " is not implemented yet; leave it at its default (", spec.format(defaults), ")"));
-  }
-
   if (cfg.job == "rl") throw ConfigError("option 'job' = rl: the RL job is not implemented yet (available: init, sft)");
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
@@ -40,6 +32,14 @@ void validate_config(const Config& cfg) {
 
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
     throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));
+
+  // A declared option whose feature does not exist yet must not be silently ignored.
+  const Config defaults;
+  for (const auto& spec : option_schema()) {
+    if (!spec.not_implemented.empty() && spec.format(cfg) != spec.format(defaults))
+      throw ConfigError(cat("option '", spec.name, "' = ", spec.format(cfg), ": ", spec.not_implemented,
+                            " is not implemented yet; leave it at its default (", spec.format(defaults), ")"));
+  }
 }
 
 }  // namespace areal
