@@ -6,7 +6,10 @@
 #include <ATen/ATen.h>
 #include "catch_with_torch.h"
 
+#include <filesystem>
+
 #include "areal/fsdp/engine.h"
+#include "areal/fsdp/save.h"
 #include "areal/fsdp/staged_init.h"
 #include "areal/io/checkpoint.h"
 #include "areal/model/hf_weights.h"
@@ -90,4 +93,18 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
   // lora_B is no longer zero: the adapted model now differs from the base.
   at::Tensor b = model.adapter_views(0, model.gather_adapter(0, *g_comm, at::kFloat)).at(1).second;
   CHECK(b.abs().max().item<double>() > 0);
+
+  // Merged weights on request: a plain model loaded from them computes what the
+  // adapted sharded model computes.
+  const auto merged = std::filesystem::temp_directory_path() / ("areal_merged_np" + std::to_string(g_me.world_size));
+  save_sharded_checkpoint(model, *g_comm, merged.string(), at::kFloat, uint64_t{1} << 30, /*merge_adapters=*/true);
+  at::NoGradGuard no_grad;
+  at::Tensor adapted = engine.forward(ids);
+  if (g_me.rank == 0) {
+    at::Tensor plain = load_causal_lm(merged.string(), at::kFloat)->forward(ids);
+    CHECK(at::allclose(adapted, plain, 1e-5, 1e-5));
+    CHECK_FALSE(at::allclose(adapted, load_causal_lm(path, at::kFloat)->forward(ids), 1e-5, 1e-5));
+    std::filesystem::remove_all(merged);
+  }
+  g_comm->barrier();
 }

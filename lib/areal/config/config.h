@@ -99,6 +99,7 @@ struct DatasetConfig {
 };
 
 struct SaverConfig {
+  bool merge_lora = false;
   int64_t freq_epochs = 0;  // 0: never
   int64_t freq_steps = 0;
   int64_t freq_secs = 0;

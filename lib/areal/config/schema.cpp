@@ -282,6 +282,8 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
 
       // ---- checkpoints, recovery, stats ----
+      OPTION(saver.merge_lora).doc("With LoRA, also save the weights with the adapters merged in "
+                                   "(W + alpha / rank * B A) to <run dir>/checkpoint-merged."),
       OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0)
           .planned("periodic saving"),
       OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint every N steps (0: never).").at_least(0)

@@ -11,12 +11,36 @@
 
 namespace areal {
 
+namespace {
+
+// Unit `u` gathered as named views, with LoRA adapters merged in when asked (collective).
+std::map<std::string, at::Tensor> gather_for_save(const ShardedModel& model, Communicator& comm, size_t u,
+                                                  at::ScalarType dtype, bool merge) {
+  std::map<std::string, at::Tensor> views;
+  for (auto& [name, view] : model.unit_views(u, model.gather_unit(u, comm, at::kFloat))) views[name] = view;
+  if (merge && model.has_adapters() && u > 0) {
+    std::map<std::string, at::Tensor> adapters;
+    for (auto& [name, view] : model.adapter_views(u - 1, model.gather_adapter(u - 1, comm, at::kFloat)))
+      adapters[name] = view;
+    for (auto& [name, weight] : views) {
+      const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+      auto a = adapters.find(module + ".lora_A.weight");
+      if (a != adapters.end())
+        weight.add_(at::matmul(adapters.at(module + ".lora_B.weight"), a->second), model.adapter_scale());
+    }
+  }
+  for (auto& [name, view] : views) view = view.to(dtype);
+  return views;
+}
+
+}  // namespace
+
 void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
-                             at::ScalarType dtype, uint64_t max_shard_bytes) {
+                             at::ScalarType dtype, uint64_t max_shard_bytes, bool merge_adapters) {
   const auto& units = model.units();
   if (comm.rank() != 0) {
     // Follow rank 0's gathers in the same order; rank 0 writes.
-    for (size_t u = 0; u < units.size(); ++u) model.gather_unit(u, comm, dtype);
+    for (size_t u = 0; u < units.size(); ++u) gather_for_save(model, comm, u, dtype, merge_adapters);
     comm.barrier();
     return;
   }
@@ -36,8 +60,7 @@ void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, cons
       [&](const io::TensorSpec& spec) {
         const size_t u = unit_of.at(spec.name);
         if (u != gathered) {
-          views.clear();
-          for (auto& [name, view] : model.unit_views(u, model.gather_unit(u, comm, dtype))) views[name] = view;
+          views = gather_for_save(model, comm, u, dtype, merge_adapters);
           gathered = u;
         }
         return views.at(spec.name);

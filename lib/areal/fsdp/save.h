@@ -12,10 +12,13 @@
 namespace areal {
 
 // Writes `dir` (config.json + safetensors, sharded at `max_shard_bytes`) with the
-// weights in `dtype` (float32: bit-identical to the master shards). Atomic: see
-// io::write_checkpoint. Returns on every rank once rank 0 has finished.
+// weights in `dtype` (float32: bit-identical to the master shards). With
+// `merge_adapters` and LoRA, each adapted weight is written as W + scale * B A (a
+// standalone model that needs no PEFT). Atomic: see io::write_checkpoint. Returns on
+// every rank once rank 0 has finished.
 void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
-                             at::ScalarType dtype, uint64_t max_shard_bytes = uint64_t{5} << 30);
+                             at::ScalarType dtype, uint64_t max_shard_bytes = uint64_t{5} << 30,
+                             bool merge_adapters = false);
 
 // The LoRA adapters in PEFT's layout inside `dir`: adapter_model.safetensors (names
 // `base_model.model.<name>`) and adapter_config.json. Collective.
