@@ -158,8 +158,14 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
   if (fd_ < 0) fail_errno(temp_path_, "cannot create");
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
-  write_all(fd_, length, 8, temp_path_);
-  write_all(fd_, json.data(), json.size(), temp_path_);
+  try {
+    write_all(fd_, length, 8, temp_path_);
+    write_all(fd_, json.data(), json.size(), temp_path_);
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    ::close(fd_);
+    ::unlink(temp_path_.c_str());
+    throw;
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
