@@ -56,10 +56,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // The autograd Function of one unit use. The UnitCall travels as an address in
-// saved_data: the engine keeps it alive until the next forward.
+// saved_data: the engine keeps it alive until the next forward. The shards are inputs
+// only so that autograd routes their gradients; forward reads them through the call.
 struct UnitFunction : public torch::autograd::Function<UnitFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shard,
-                            const at::Tensor& adapter_shard, int64_t call_address) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& /*shard*/,
+                            const at::Tensor& /*adapter_shard*/, int64_t call_address) {
     const auto* call = reinterpret_cast<const UnitCall*>(call_address);
     ctx->saved_data["call"] = call_address;
     ctx->save_for_backward({x});
