@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "areal/fsdp/lora.h"
 #include "areal/io/checkpoint.h"
 
 namespace areal {
@@ -16,9 +17,12 @@ namespace {
 // Unit `u` gathered as named views, with LoRA adapters merged in when asked (collective).
 std::map<std::string, at::Tensor> gather_for_save(const ShardedModel& model, Communicator& comm, size_t u,
                                                   at::ScalarType dtype, bool merge) {
+  // Merging adds in float32; otherwise the unit travels in the saved dtype already.
+  merge = merge && model.has_adapters() && u > 0;
   std::map<std::string, at::Tensor> views;
-  for (auto& [name, view] : model.unit_views(u, model.gather_unit(u, comm, at::kFloat))) views[name] = view;
-  if (merge && model.has_adapters() && u > 0) {
+  for (auto& [name, view] : model.unit_views(u, model.gather_unit(u, comm, merge ? at::kFloat : dtype)))
+    views[name] = view;
+  if (merge) {
     std::map<std::string, at::Tensor> adapters;
     for (auto& [name, view] : model.adapter_views(u - 1, model.gather_adapter(u - 1, comm, at::kFloat)))
       adapters[name] = view;
@@ -79,9 +83,7 @@ void save_lora_adapters(const ShardedModel& model, Communicator& comm, const Act
   if (comm.rank() == 0) {
     std::filesystem::create_directories(dir);
     io::write_safetensors((std::filesystem::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
-    std::vector<std::string> targets = actor.target_modules;
-    if (targets == std::vector<std::string>{"all-linear"})
-      targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    const std::vector<std::string> targets = lora_spec(actor).targets;  // "all-linear" spelled out
     nlohmann::ordered_json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
                                      {"r", actor.lora_rank},       {"lora_alpha", actor.lora_alpha},
                                      {"lora_dropout", 0.0},        {"bias", "none"},

@@ -16,11 +16,25 @@ int64_t ShardedModel::shard_bytes() const {
   return bytes;
 }
 
-at::Tensor ShardedModel::gather_unit(size_t unit, Communicator& comm, at::ScalarType dtype) const {
-  at::Tensor shard = shards_.at(unit).to(dtype);
-  at::Tensor full = at::empty({units_.at(unit).padded_numel}, shard.options());
+namespace {
+
+at::Tensor gather(const UnitLayout& layout, const at::Tensor& shard_master, Communicator& comm, at::ScalarType dtype) {
+  at::Tensor shard = shard_master.to(dtype);
+  at::Tensor full = at::empty({layout.padded_numel}, shard.options());
   comm.all_gather(shard, full);
   return full;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> views(const UnitLayout& layout, const at::Tensor& flat) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& slot : layout.params) out.emplace_back(slot.name, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
+  return out;
+}
+
+}  // namespace
+
+at::Tensor ShardedModel::gather_unit(size_t unit, Communicator& comm, at::ScalarType dtype) const {
+  return gather(units_.at(unit), shards_.at(unit), comm, dtype);
 }
 
 void ShardedModel::add_adapters(std::vector<UnitLayout> adapter_units, double scale) {
@@ -35,24 +49,15 @@ std::vector<at::Tensor> ShardedModel::trainable_shards() {
 }
 
 at::Tensor ShardedModel::gather_adapter(size_t layer, Communicator& comm, at::ScalarType dtype) const {
-  at::Tensor shard = adapter_shards_.at(layer).to(dtype);
-  at::Tensor full = at::empty({adapter_units_.at(layer).padded_numel}, shard.options());
-  comm.all_gather(shard, full);
-  return full;
+  return gather(adapter_units_.at(layer), adapter_shards_.at(layer), comm, dtype);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ShardedModel::adapter_views(size_t layer, const at::Tensor& flat) const {
-  std::vector<std::pair<std::string, at::Tensor>> views;
-  for (const auto& slot : adapter_units_.at(layer).params)
-    views.emplace_back(slot.name, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
-  return views;
+  return views(adapter_units_.at(layer), flat);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ShardedModel::unit_views(size_t unit, const at::Tensor& flat) const {
-  std::vector<std::pair<std::string, at::Tensor>> views;
-  for (const auto& slot : units_.at(unit).params)
-    views.emplace_back(slot.name, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
-  return views;
+  return views(units_.at(unit), flat);
 }
 
 }  // namespace areal

@@ -40,11 +40,6 @@ void write_all(int fd, const char* data, uint64_t bytes, const std::string& path
   }
 }
 
-std::string describe_shape(const std::vector<int64_t>& shape) {
-  std::vector<std::string> dims;
-  for (auto d : shape) dims.push_back(std::to_string(d));
-  return "[" + join(dims, ", ") + "]";
-}
 
 }  // namespace
 
@@ -123,7 +118,7 @@ at::Tensor SafetensorsReader::read(const std::string& name) const {
 void SafetensorsReader::read_into(const std::string& name, at::Tensor& out) const {
   const TensorEntry& t = entry(name);
   if (!out.is_cpu() || !out.is_contiguous() || out.numel() != t.numel())
-    throw CheckpointError(cat(path_, ": tensor '", name, "' ", describe_shape(t.shape),
+    throw CheckpointError(cat(path_, ": tensor '", name, "' ", shape_text(t.shape),
                               " cannot be read into a buffer of ", out.numel(), " elements",
                               out.is_contiguous() ? "" : " (not contiguous)"));
   if (out.scalar_type() == to_scalar_type(t.dtype)) {
@@ -181,8 +176,8 @@ void SafetensorsWriter::write(const std::string& name, const at::Tensor& tensor)
                               next_ < specs_.size() ? specs_[next_].name : "<none>", "')"));
   const TensorSpec& spec = specs_[next_];
   if (tensor.sizes().vec() != spec.shape)
-    throw CheckpointError(cat(path_, ": tensor '", name, "' has shape ", describe_shape(tensor.sizes().vec()),
-                              ", declared ", describe_shape(spec.shape)));
+    throw CheckpointError(cat(path_, ": tensor '", name, "' has shape ", shape_text(tensor.sizes().vec()),
+                              ", declared ", shape_text(spec.shape)));
   at::Tensor data = tensor.to(at::kCPU, to_scalar_type(spec.dtype)).contiguous();
   write_all(fd_, static_cast<const char*>(data.data_ptr()), spec.bytes(), temp_path_);
   ++next_;

@@ -62,11 +62,7 @@ TensorEntry parse_entry(const std::string& name, const nlohmann::json& value, ui
     bad(cat("data_offsets [", begin, ", ", end, "] reach past the end of the data (", data_size, " bytes)"));
   if (elements > std::numeric_limits<uint64_t>::max() / known->size) bad("shape is too large");
   if (end - begin != elements * known->size)
-    bad(cat("shape ", "[", join([&] {
-              std::vector<std::string> dims;
-              for (auto d : entry.shape) dims.push_back(std::to_string(d));
-              return dims;
-            }(), ", "), "] of ", known->name, " needs ", elements * known->size, " bytes but data_offsets span ",
+    bad(cat("shape ", shape_text(entry.shape), " of ", known->name, " needs ", elements * known->size, " bytes but data_offsets span ",
             end - begin));
   entry.begin = begin;
   entry.end = end;

@@ -9,11 +9,6 @@
 namespace areal {
 namespace {
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::vector<std::string> dims;
-  for (auto d : shape) dims.push_back(std::to_string(d));
-  return "[" + join(dims, ", ") + "]";
-}
 
 }  // namespace
 
@@ -29,7 +24,7 @@ void check_hf_weights(const CausalLM& model, const io::CheckpointReader& checkpo
     if (at::IntArrayRef(entry.shape) != item.value().sizes())
       throw io::CheckpointError(cat(checkpoint.file_of(name), ": tensor '", name, "' has shape ",
                                     shape_text(entry.shape), " but config.json implies ",
-                                    shape_text(item.value().sizes())));
+                                    shape_text(item.value().sizes().vec())));
   }
   for (const auto& name : checkpoint.names()) {
     if (expected.count(name)) continue;

@@ -34,6 +34,12 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
   return out;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::vector<std::string> dims;
+  for (auto d : shape) dims.push_back(std::to_string(d));
+  return "[" + join(dims, ", ") + "]";
+}
+
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
 }

@@ -1,6 +1,7 @@
 // Small string helpers shared by the config layer and logging.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -19,6 +20,9 @@ std::string cat(const Args&... args) {
 std::vector<std::string> split(std::string_view text, char sep);
 std::string trim(std::string_view text);
 std::string join(const std::vector<std::string>& items, std::string_view sep);
+// "[3, 5, 7]": a tensor shape as messages print it.
+std::string shape_text(const std::vector<int64_t>& shape);
+
 bool starts_with(std::string_view text, std::string_view prefix);
 bool ends_with(std::string_view text, std::string_view suffix);
 
