@@ -10,6 +10,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/rl/rl_trainer.h"
 #include "areal/rl/sft_trainer.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -57,6 +58,7 @@ int run_job(const areal::Config& cfg) {
       areal::log::info("stage figures written to " + path);
     }
     if (cfg.job == "sft") areal::run_sft(cfg, me, comm, *init.model);
+    if (cfg.job == "rl") areal::run_rl(cfg, me, comm, *init.model);
   }
   areal::finalize();
   return areal::kExitOk;

@@ -16,7 +16,7 @@ AREAL_TRANSFORMERS="${AREAL_TRANSFORMERS:-5.24.0}"
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin
-  libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
+  libcli11-dev libicu-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
   clang libclang-rt-14-dev
 )
 
@@ -42,12 +42,13 @@ if [ ! -x "$AREAL_VENV/bin/python" ]; then
   python3 -m venv "$AREAL_VENV"
 fi
 if ! "$AREAL_VENV/bin/python" - <<PY 2>/dev/null
-import sys, numpy, torch, transformers, safetensors
+import sys, numpy, torch, transformers, safetensors, tokenizers, tensorboard, matplotlib
 sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH' or transformers.__version__ != '$AREAL_TRANSFORMERS')
 PY
 then
   log "installing torch==$AREAL_TORCH, transformers==$AREAL_TRANSFORMERS into $AREAL_VENV (about 4 GB the first time)"
   "$AREAL_VENV/bin/pip" install -q --upgrade pip
-  "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" "transformers==$AREAL_TRANSFORMERS" safetensors numpy
+  "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" "transformers==$AREAL_TRANSFORMERS" safetensors numpy \
+      tensorboard matplotlib  # tests read TensorBoard files with the real reader; the demo draws its plot
 fi
 log "ready: Debian packages present, torch $AREAL_TORCH and transformers $AREAL_TRANSFORMERS in $AREAL_VENV"

@@ -193,7 +193,7 @@ TEST_CASE("binary: --job init under mpirun -np 2 loads a checkpoint and prints t
                            Contains("peak +mem r1") && Contains("loading checkpoint: 100.0%"));
   Result rl = run(kBin + " --job rl --init_from_scratch true");
   CHECK(rl.exit_code == 2);
-  CHECK_THAT(rl.output, Contains("not implemented yet"));
+  CHECK_THAT(rl.output, Contains("'train_dataset.path' is required for job=rl"));
   Result sft = run(kBin + " --job sft --init_from_scratch true");
   CHECK(sft.exit_code == 2);
   CHECK_THAT(sft.output, Contains("'train_dataset.path' is required for job=sft"));

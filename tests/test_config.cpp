@@ -257,11 +257,24 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     cfg.recover.mode = "auto";
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'recover.mode'") && Contains("resumable runs"));
   }
-  SECTION("dual clip must exceed 1 (and the RL loop that uses it does not exist yet)") {
+  SECTION("dual clip must exceed 1") {
     cfg.actor.c_clip = 0.5;
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("actor.c_clip") && Contains("must be > 1"));
     cfg.actor.c_clip = 3.0;
-    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("actor.c_clip") && Contains("RL loop"));
+    CHECK_NOTHROW(validate_config(cfg));
+  }
+  SECTION("job=rl needs prompts, and groups of n_samples answers") {
+    cfg.job = "rl";
+    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'train_dataset.path' is required for job=rl"));
+    cfg.train_dataset.path = "builtin:arithmetic/train";
+    cfg.gconfig.n_samples = 4;
+    CHECK_THAT(error_of([&] { validate_config(cfg); }),
+               Contains("'actor.group_size' = 1 must equal 'gconfig.n_samples' = 4"));
+    cfg.actor.group_size = 4;
+    CHECK_NOTHROW(validate_config(cfg));
+    cfg.gconfig.max_new_tokens = 4;
+    cfg.gconfig.min_new_tokens = 5;
+    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'gconfig.min_new_tokens' = 5"));
   }
 }
 

@@ -92,10 +92,16 @@ struct GenerationConfig {
 struct DatasetConfig {
   std::string path;
   std::string type = "rl";
+  std::string prompt_key = "prompt";
+  std::string answer_key = "answer";
   int64_t batch_size = 1;
   bool shuffle = true;
   bool drop_last = true;
   int64_t max_length = 0;  // 0: no limit
+};
+
+struct EvaluatorConfig {
+  int64_t freq_steps = 0;  // 0: only before the first and after the last step
 };
 
 struct SaverConfig {
@@ -135,6 +141,9 @@ struct Config {
   std::string experiment_name = "areal-train";
   std::string trial_name = "trial0";
   std::string model_path;
+  std::string tokenizer_path;  // empty: model_path's tokenizer.json, else the byte tokenizer
+  std::string chat_template = "none";
+  std::string reward_fn = "exact_match";
   bool init_from_scratch = false;
   std::string allocation_mode = "static";
   std::string device = "auto";
@@ -148,6 +157,8 @@ struct Config {
   ActorConfig actor;
   GenerationConfig gconfig;
   DatasetConfig train_dataset;
+  DatasetConfig valid_dataset;
+  EvaluatorConfig evaluator;
   SaverConfig saver;
   RecoverConfig recover;
   StatsLoggerConfig stats_logger;

@@ -149,12 +149,20 @@ std::vector<OptionSpec> declare_options() {
       // ---- the run ----
       OPTION(job).doc("What to run: `init` (the staged initialization, then a table of its stages), "
                       "`sft` (init, then supervised fine-tuning on train_dataset.path with the byte-level "
-                      "tokenizer), `rl` (not implemented yet).")
+                      "tokenizer), `rl` (init, then the GRPO/PPO loop on the prompts of train_dataset.path).")
           .choices({"init", "sft", "rl"}),
       OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
       OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),
       OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from. "
                              "Empty with init_from_scratch: a built-in tiny model."),
+      OPTION(tokenizer_path).doc("A Hugging Face tokenizer.json (or its directory), or `byte` for the byte-level "
+                                 "tokenizer. Empty: model_path's tokenizer.json if there is one, else `byte`."),
+      OPTION(chat_template).doc("How prompts are wrapped: `none` (the prompt as is), `qwen` (ChatML, one user "
+                                "turn), `llama3` (LLaMA 3 headers, one user turn).")
+          .choices({"none", "qwen", "llama3"}),
+      OPTION(reward_fn).doc("Reward of an answer against the dataset's reference: `exact_match` (equal after "
+                            "trimming whitespace) or `math` (the final answer, numerically equal).")
+          .choices({"exact_match", "math"}),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
           .doc("How ranks are used: `static` (every rank trains and generates) or AReaL's training-side "
@@ -212,66 +220,39 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters: `all-linear` or names among "
                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj."),
       OPTION(actor.group_size).doc("Answers per prompt that form one group for advantage normalization.")
-          .at_least(1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.eps_clip).doc("PPO clipping range (ratio within 1 +/- eps_clip).").positive()
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.eps_clip_higher).doc("Upper clipping range if different from eps_clip (0: same).").at_least(0)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.c_clip).doc("Dual-clip bound for negative advantages, > 1 (0: off).").at_least(0)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.temperature).doc("Temperature applied to logits when computing log-probabilities.").positive()
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive()
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.reward_bias).doc("Added to every reward before scaling.")
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive()
-          .planned("the RL loop (job=rl)"),
+          .at_least(1),
+      OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1),
+      OPTION(actor.eps_clip).doc("PPO clipping range (ratio within 1 +/- eps_clip).").positive(),
+      OPTION(actor.eps_clip_higher).doc("Upper clipping range if different from eps_clip (0: same).").at_least(0),
+      OPTION(actor.c_clip).doc("Dual-clip bound for negative advantages, > 1 (0: off).").at_least(0),
+      OPTION(actor.temperature).doc("Temperature applied to logits when computing log-probabilities.").positive(),
+      OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive(),
+      OPTION(actor.reward_bias).doc("Added to every reward before scaling."),
+      OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive(),
       OPTION(actor.adv_norm.mean_level).doc("Subtract the advantage mean over the `batch`, the `group`, or `none`.")
-          .choices({"batch", "group", "none"})
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean.")
-          .planned("the RL loop (job=rl)"),
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean."),
       OPTION(actor.adv_norm.std_level).doc("Divide by the advantage std over the `batch`, the `group`, or `none`.")
-          .choices({"batch", "group", "none"})
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.adv_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation.")
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.adv_norm.eps).doc("Added to the std before dividing.").positive()
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.kl_ctl).doc("Weight of the KL penalty to the reference model (0: no reference).").at_least(0)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.kl_estimator).doc("KL estimator.").choices({"k1", "k2", "k3"})
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.discount).doc("Reward discount factor.").range(0, 1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine.")
-          .planned("the RL loop (job=rl)"),
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.adv_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation."),
+      OPTION(actor.adv_norm.eps).doc("Added to the std before dividing.").positive(),
+      OPTION(actor.kl_ctl).doc("Weight of the KL penalty to the reference model (0: no reference).").at_least(0),
+      OPTION(actor.kl_estimator).doc("KL estimator.").choices({"k1", "k2", "k3"}),
+      OPTION(actor.discount).doc("Reward discount factor.").range(0, 1),
+      OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1),
+      OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine."),
 
       // ---- generation ----
-      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1)
-          .planned("the RL loop (job=rl)"),
+      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
+      OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")
-          .at_least(0)
-          .planned("the RL loop (job=rl)"),
-      OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling.")
-          .planned("the RL loop (job=rl)"),
-      OPTION(gconfig.temperature).doc("Sampling temperature.").positive()
-          .planned("the RL loop (job=rl)"),
+          .at_least(0),
+      OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling."),
+      OPTION(gconfig.temperature).doc("Sampling temperature.").positive(),
       OPTION(gconfig.top_p).doc("Nucleus sampling: keep the smallest token set with this much probability.")
-          .range(0, 1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1)
-          .planned("the RL loop (job=rl)"),
-      OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS).")
-          .planned("the RL loop (job=rl)"),
+          .range(0, 1),
+      OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1),
+      OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS)."),
 
       // ---- data ----
       OPTION(train_dataset.path).doc("Training data: a JSONL file, or `builtin:<task>` for a generated task."),
@@ -280,14 +261,28 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.shuffle).doc("Shuffle the prompts every epoch (seeded)."),
       OPTION(train_dataset.drop_last).doc("Drop the last incomplete batch of an epoch."),
       OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
+      OPTION(train_dataset.prompt_key).doc("JSONL field holding the prompt (job=rl)."),
+      OPTION(train_dataset.answer_key).doc("JSONL field holding the reference answer (job=rl)."),
+      OPTION(valid_dataset.path).doc("Held-out prompts for greedy evaluation (job=rl): JSONL or `builtin:<task>` "
+                                     "(empty: no evaluation)."),
+      OPTION(valid_dataset.type).doc("Dataset kind.").choices({"rl"}),
+      OPTION(valid_dataset.batch_size).doc("Answers generated at once per rank during evaluation.").at_least(1),
+      OPTION(valid_dataset.shuffle).doc("Unused for evaluation (every prompt is evaluated once)."),
+      OPTION(valid_dataset.drop_last).doc("Unused for evaluation (every prompt is evaluated once)."),
+      OPTION(valid_dataset.max_length).doc("Skip held-out prompts longer than this many tokens (0: no limit).")
+          .at_least(0),
+      OPTION(valid_dataset.prompt_key).doc("JSONL field holding the held-out prompt."),
+      OPTION(valid_dataset.answer_key).doc("JSONL field holding the held-out reference answer."),
+      OPTION(evaluator.freq_steps).doc("Evaluate on valid_dataset every N steps, besides before the first and "
+                                       "after the last step (0: only those two).").at_least(0),
 
       // ---- checkpoints, recovery, stats ----
       OPTION(saver.merge_lora).doc("With LoRA, also save the weights with the adapters merged in "
                                    "(W + alpha / rank * B A) to <run dir>/checkpoint-merged."),
       OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0)
           .planned("periodic saving"),
-      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint every N steps (0: never).").at_least(0)
-          .planned("periodic saving"),
+      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint to <run dir>/checkpoint every N steps "
+                                   "(0: only at the end).").at_least(0),
       OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0)
           .planned("periodic saving"),
       OPTION(recover.mode).doc("Resume from recovery checkpoints: `disabled`, `auto`, `resume`.")
@@ -301,8 +296,7 @@ std::vector<OptionSpec> declare_options() {
           .planned("resumable runs"),
       OPTION(recover.retries).doc("Times a failed run is resumed before giving up.").at_least(0)
           .planned("resumable runs"),
-      OPTION(stats_logger.tensorboard.path).doc("Directory for TensorBoard event files (empty: none).")
-          .planned("TensorBoard output"),
+      OPTION(stats_logger.tensorboard.path).doc("Directory for TensorBoard event files (empty: none)."),
 
       // ---- logging ----
       OPTION(log.level).doc("Lowest level logged: debug, info, warn, error.")

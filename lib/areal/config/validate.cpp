@@ -10,7 +10,17 @@
 namespace areal {
 
 void validate_config(const Config& cfg) {
-  if (cfg.job == "rl") throw ConfigError("option 'job' = rl: the RL job is not implemented yet (available: init, sft)");
+  if (cfg.job == "rl") {
+    if (cfg.train_dataset.path.empty())
+      throw ConfigError("option 'train_dataset.path' is required for job=rl (a JSONL file of prompts and answers, "
+                        "or builtin:arithmetic/train)");
+    if (cfg.actor.group_size != cfg.gconfig.n_samples)
+      throw ConfigError(cat("option 'actor.group_size' = ", cfg.actor.group_size, " must equal 'gconfig.n_samples' = ",
+                            cfg.gconfig.n_samples, ": the answers to one prompt form one group"));
+    if (cfg.gconfig.min_new_tokens > cfg.gconfig.max_new_tokens)
+      throw ConfigError(cat("option 'gconfig.min_new_tokens' = ", cfg.gconfig.min_new_tokens,
+                            " is more than 'gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens));
+  }
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
 

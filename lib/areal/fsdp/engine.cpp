@@ -17,7 +17,7 @@ struct UnitCall {
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
 
-  bool has_adapter() const { return kind == Kind::Layer && engine->model().has_adapters(); }
+  bool has_adapter() const { return kind == Kind::Layer && engine->adapters_enabled(); }
 
   // Runs the unit on `x` with the weights in `flat` (its gathered buffer) and, with
   // LoRA, the layer's adapters in `adapter_flat`.

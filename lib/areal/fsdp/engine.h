@@ -34,6 +34,11 @@ class FsdpEngine {
   // Collective: every rank calls it (with its own batch), and backward likewise.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {});
 
+  // With LoRA: run the base model alone (the frozen reference policy at no extra
+  // memory) while false.
+  void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
+  bool adapters_enabled() const { return adapters_enabled_ && model_.has_adapters(); }
+
   ShardedModel& model() { return model_; }
   Communicator& comm() { return comm_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
@@ -44,6 +49,7 @@ class FsdpEngine {
   Communicator& comm_;
   at::ScalarType compute_dtype_;
   at::ScalarType grad_reduce_dtype_;
+  bool adapters_enabled_ = true;
   std::deque<UnitCall> calls_;  // the current forward's unit uses, alive until its backward
 };
 

@@ -12,11 +12,8 @@
 
 namespace areal {
 
-namespace {
-
-// Unit `u` gathered as named views, with LoRA adapters merged in when asked (collective).
-std::map<std::string, at::Tensor> gather_for_save(const ShardedModel& model, Communicator& comm, size_t u,
-                                                  at::ScalarType dtype, bool merge) {
+std::map<std::string, at::Tensor> gather_unit_weights(const ShardedModel& model, Communicator& comm, size_t u,
+                                                      at::ScalarType dtype, bool merge) {
   // Merging adds in float32; otherwise the unit travels in the saved dtype already.
   merge = merge && model.has_adapters() && u > 0;
   std::map<std::string, at::Tensor> views;
@@ -37,14 +34,12 @@ std::map<std::string, at::Tensor> gather_for_save(const ShardedModel& model, Com
   return views;
 }
 
-}  // namespace
-
 void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
                              at::ScalarType dtype, uint64_t max_shard_bytes, bool merge_adapters) {
   const auto& units = model.units();
   if (comm.rank() != 0) {
     // Follow rank 0's gathers in the same order; rank 0 writes.
-    for (size_t u = 0; u < units.size(); ++u) gather_for_save(model, comm, u, dtype, merge_adapters);
+    for (size_t u = 0; u < units.size(); ++u) gather_unit_weights(model, comm, u, dtype, merge_adapters);
     comm.barrier();
     return;
   }
@@ -64,7 +59,7 @@ void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, cons
       [&](const io::TensorSpec& spec) {
         const size_t u = unit_of.at(spec.name);
         if (u != gathered) {
-          views = gather_for_save(model, comm, u, dtype, merge_adapters);
+          views = gather_unit_weights(model, comm, u, dtype, merge_adapters);
           gathered = u;
         }
         return views.at(spec.name);

@@ -3,6 +3,7 @@
 // memory. Collective: every rank calls it.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "areal/config/config.h"
@@ -10,6 +11,11 @@
 #include "areal/fsdp/sharded_model.h"
 
 namespace areal {
+
+// Unit `u` gathered as its parameters by name (collective), in `dtype`; with
+// `merge_adapters` and LoRA, adapted weights come as W + scale * B A (merged in float32).
+std::map<std::string, at::Tensor> gather_unit_weights(const ShardedModel& model, Communicator& comm, size_t u,
+                                                      at::ScalarType dtype, bool merge_adapters);
 
 // Writes `dir` (config.json + safetensors, sharded at `max_shard_bytes`) with the
 // weights in `dtype` (float32: bit-identical to the master shards). With

@@ -16,6 +16,12 @@ int64_t ShardedModel::shard_bytes() const {
   return bytes;
 }
 
+std::unique_ptr<ShardedModel> ShardedModel::frozen_copy() const {
+  auto copy = std::make_unique<ShardedModel>(skeleton_, units_, rank_, world_size_, shards_.at(0).device());
+  for (size_t u = 0; u < shards_.size(); ++u) copy->shards_[u].copy_(shards_[u].detach());
+  return copy;
+}
+
 namespace {
 
 at::Tensor gather(const UnitLayout& layout, const at::Tensor& shard_master, Communicator& comm, at::ScalarType dtype) {

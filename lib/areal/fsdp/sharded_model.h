@@ -25,6 +25,8 @@ class ShardedModel {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   int64_t shard_bytes() const;  // this rank's shards, all units
+  // A frozen copy of the base shards (no adapters): a reference policy for the KL penalty.
+  std::unique_ptr<ShardedModel> frozen_copy() const;
 
   // LoRA (see lora.h): one adapter unit per decoder layer, sharded like the base; from
   // then on the base shards are frozen and the adapter shards are what trains.

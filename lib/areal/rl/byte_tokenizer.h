@@ -2,21 +2,26 @@
 // BOS = 256 and EOS = 257 (the built-in tiny model's vocabulary of 258).
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
+#include "areal/rl/tokenizer.h"
 
 namespace areal {
 
-struct ByteTokenizer {
+class ByteTokenizer : public Tokenizer {
+ public:
   static constexpr int64_t kBos = 256;
   static constexpr int64_t kEos = 257;
   static constexpr int64_t kVocabSize = 258;
 
-  // BOS, the bytes, EOS.
-  std::vector<int64_t> encode(const std::string& text) const;
-  // Bytes back to text; special tokens are dropped.
-  std::string decode(const std::vector<int64_t>& ids) const;
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const override;
+  int64_t vocab_size() const override { return kVocabSize; }
+  int64_t eos_id() const override { return kEos; }
+  int64_t pad_id() const override { return kEos; }
+  std::vector<int64_t> prompt_prefix() const override { return {kBos}; }
+  std::optional<int64_t> token_id(const std::string& token) const override;
+
+  // A training document: BOS, the bytes, EOS.
+  std::vector<int64_t> encode_document(const std::string& text) const;
 };
 
 }  // namespace areal

@@ -13,6 +13,7 @@
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
 #include "areal/rl/byte_tokenizer.h"
+#include "areal/rl/epoch_order.h"
 #include "areal/rl/text_dataset.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -74,7 +75,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   SftSummary summary;
   int64_t step = 0;
   for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    std::vector<size_t> order = data.epoch_order(cfg.seed, epoch, cfg.train_dataset.shuffle);
+    std::vector<size_t> order = epoch_order(data.size(), cfg.seed, epoch, cfg.train_dataset.shuffle);
     for (int64_t b = 0; b < per_epoch && step < total_steps; ++b, ++step) {
       auto start = std::chrono::steady_clock::now();
       std::vector<size_t> batch(order.begin() + b * batch_size,

@@ -1,5 +1,6 @@
 // A JSONL file of texts for supervised fine-tuning: one JSON object per line, the text
-// under `key`. Tokenized once; sequences longer than max_length are skipped and counted.
+// under `key` (or a built-in task, builtin_tasks.h: prompt + answer as the text).
+// Tokenized once; sequences longer than max_length are skipped and counted.
 // Batches come in a seeded order that is the same on every rank.
 #pragma once
 
@@ -17,9 +18,6 @@ class TextDataset {
   size_t size() const { return sequences_.size(); }
   int64_t skipped() const { return skipped_; }
   const std::vector<int64_t>& sequence(size_t i) const { return sequences_.at(i); }
-
-  // The epoch's order of sequence indices: shuffled with (seed, epoch) or in file order.
-  std::vector<size_t> epoch_order(int64_t seed, int64_t epoch, bool shuffle) const;
 
  private:
   std::vector<std::vector<int64_t>> sequences_;

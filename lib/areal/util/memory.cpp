@@ -7,8 +7,9 @@
 namespace areal {
 namespace {
 
-int64_t status_field_bytes(const char* field) {
-  std::ifstream status("/proc/self/status");
+// A "Name:  123 kB" field of a /proc file, in bytes.
+int64_t proc_field_bytes(const char* file, const char* field) {
+  std::ifstream status(file);
   std::string line;
   const std::string prefix = std::string(field) + ":";
   while (std::getline(status, line))
@@ -18,8 +19,9 @@ int64_t status_field_bytes(const char* field) {
 
 }  // namespace
 
-int64_t current_rss_bytes() { return status_field_bytes("VmRSS"); }
-int64_t peak_rss_bytes() { return status_field_bytes("VmHWM"); }
+int64_t current_rss_bytes() { return proc_field_bytes("/proc/self/status", "VmRSS"); }
+int64_t peak_rss_bytes() { return proc_field_bytes("/proc/self/status", "VmHWM"); }
+int64_t available_host_bytes() { return proc_field_bytes("/proc/meminfo", "MemAvailable"); }
 
 bool reset_peak_rss() {
   std::ofstream clear("/proc/self/clear_refs");

@@ -12,6 +12,8 @@ int64_t peak_rss_bytes();     // VmHWM: the highest RSS since start or since res
 // so a stage's peak can be measured on its own. Returns false where unsupported.
 bool reset_peak_rss();
 
+int64_t available_host_bytes();  // MemAvailable from /proc/meminfo (0 when unknown)
+
 std::string format_bytes(int64_t bytes);  // "1.50 GiB", "312.0 MiB", "4.0 KiB"
 
 }  // namespace areal

@@ -1,5 +1,7 @@
 #include "areal/util/strings.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <numeric>
 
@@ -75,6 +77,12 @@ std::string closest_match(std::string_view name, const std::vector<std::string>&
     }
   }
   return best;
+}
+
+std::string format_fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
 }
 
 }  // namespace areal

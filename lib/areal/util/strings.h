@@ -23,6 +23,9 @@ std::string join(const std::vector<std::string>& items, std::string_view sep);
 // "[3, 5, 7]": a tensor shape as messages print it.
 std::string shape_text(const std::vector<int64_t>& shape);
 
+// A number with `decimals` digits after the point: format_fixed(41.666, 1) == "41.7".
+std::string format_fixed(double value, int decimals);
+
 bool starts_with(std::string_view text, std::string_view prefix);
 bool ends_with(std::string_view text, std::string_view suffix);
 

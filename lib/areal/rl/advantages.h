@@ -1,0 +1,39 @@
+// From rewards to per-token advantages, as AReaL's PPO actor computes them.
+//
+// Rows are answers; `group_size` consecutive rows answer the same prompt. Tensors are
+// [rows, T] over the answer tokens, with `mask` 1 on real tokens and 0 on padding.
+//  1. reward -> score: (reward + reward_bias) * reward_scaling, clipped to +/- reward_clip.
+//  2. per-token rewards: -kl_ctl * KL_t (when a reference is used) and the score on the
+//     answer's last token.
+//  3. returns: the discounted sum of future rewards with GAE (no critic: values are 0),
+//     advantage_t = sum_k (discount * gae_lambda)^k r_{t+k}.
+//  4. normalization (actor.adv_norm): subtract the mean over the `group` or the `batch`
+//     (optionally leaving the row itself out), divide by the std over the `group` or the
+//     `batch` plus eps. Statistics are over the masked tokens; `batch` spans all ranks.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "areal/config/config.h"
+#include "areal/dist/communicator.h"
+
+namespace areal {
+
+double transform_reward(double reward, const ActorConfig& actor);
+
+// Per-token KL estimate of the policy that sampled (logp) from the reference (ref_logp):
+//   k1 = logp - ref,  k2 = (logp - ref)^2 / 2,  k3 = exp(ref - logp) - (ref - logp) - 1.
+at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& estimator);
+
+// Steps 2 and 3: scores [rows]; kl [rows, T] or undefined (no penalty).
+at::Tensor token_advantages(const at::Tensor& scores, const at::Tensor& kl, const at::Tensor& mask, double kl_ctl,
+                            double discount, double gae_lambda);
+
+// Step 4. `comm` (may be null: this rank's rows are the batch) makes `batch`
+// statistics global; groups never straddle ranks. Collective when comm is given.
+at::Tensor normalize_advantages(const at::Tensor& advantages, const at::Tensor& mask, const NormConfig& norm,
+                                int64_t group_size, Communicator* comm);
+
+}  // namespace areal

@@ -1,0 +1,61 @@
+// A Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, Qwen2/Qwen2.5,
+// LLaMA 3), encoding and decoding as the `tokenizers` package does:
+//   1. added tokens (special or not) are cut out of the text first, longest match wins;
+//   2. normalizer: none or NFC;
+//   3. pre-tokenizer: Split(regex, Isolated) then ByteLevel, or ByteLevel with its own
+//      GPT-2 regex; the regexes run on ICU with \s widened to Unicode White_Space as
+//      Oniguruma reads it;
+//   4. each piece's bytes map to the GPT-2 byte alphabet and are merged by rank
+//      (with ignore_merges, a piece that is a whole vocabulary entry is taken as is).
+// Anything else (WordPiece, Unigram, byte_fallback, other normalizers, other split
+// behaviours) is refused by name when the file is loaded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "areal/rl/tokenizer.h"
+
+namespace areal {
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // `path`: the tokenizer.json. EOS and PAD come from tokenizer_config.json beside it
+  // (eos_token, pad_token), else from the usual names (<|endoftext|>, <|end_of_text|>, </s>).
+  // Throws ConfigError naming the file and what is unsupported or malformed.
+  explicit BpeTokenizer(const std::string& path);
+  ~BpeTokenizer() override;
+
+  std::vector<int64_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const override;
+  int64_t vocab_size() const override { return vocab_size_; }
+  int64_t eos_id() const override { return eos_id_; }
+  int64_t pad_id() const override { return pad_id_; }
+  std::vector<int64_t> prompt_prefix() const override { return prefix_; }
+  std::optional<int64_t> token_id(const std::string& token) const override;
+
+ private:
+  struct Regexes;  // compiled ICU patterns (bpe_tokenizer.cpp)
+
+  void encode_ordinary(const std::string& text, std::vector<int64_t>& out) const;
+  void encode_piece(const std::string& piece, std::vector<int64_t>& out) const;
+
+  std::string path_;
+  std::unordered_map<std::string, int64_t> vocab_;     // byte-alphabet token -> id
+  std::vector<std::string> id_to_token_;               // "" for unused ids
+  std::map<std::pair<std::string, std::string>, int64_t> merge_rank_;
+  bool ignore_merges_ = false;
+  bool nfc_ = false;
+  bool add_prefix_space_ = false;
+  std::vector<std::pair<std::string, int64_t>> added_;  // added tokens, longest first
+  std::vector<bool> is_special_;                        // by id
+  std::unique_ptr<Regexes> regexes_;
+  std::vector<int64_t> prefix_;
+  int64_t vocab_size_ = 0, eos_id_ = -1, pad_id_ = -1;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // piece -> ids
+};
+
+}  // namespace areal

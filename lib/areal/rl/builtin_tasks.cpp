@@ -1,0 +1,57 @@
+#include "areal/rl/builtin_tasks.h"
+
+#include <algorithm>
+#include <random>
+
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+constexpr size_t kArithmeticTestSize = 500;
+
+std::vector<PromptExample> arithmetic(bool test_split) {
+  std::vector<PromptExample> all;
+  for (int a = 0; a < 100; ++a)
+    for (int b = 0; b < 100; ++b) all.push_back({cat(a, "+", b, "="), cat(a + b)});
+  std::mt19937_64 rng(20261130);  // fixed: the split never depends on the run
+  std::shuffle(all.begin(), all.end(), rng);
+  if (test_split) return {all.begin(), all.begin() + kArithmeticTestSize};
+  return {all.begin() + kArithmeticTestSize, all.end()};
+}
+
+// The digit-wise sum without carries: 57+68 -> "15".
+std::string sum_without_carry(int a, int b) {
+  const int units = (a % 10 + b % 10) % 10, tens = (a / 10 + b / 10) % 10;
+  return tens > 0 ? cat(tens, units) : cat(units);
+}
+
+// The train split as a sloppy teacher answers it: on problems with a carry, the carry
+// is forgotten 60% of the time (seeded), so a model trained on it prefers the wrong answer.
+std::vector<PromptExample> sloppy_teacher() {
+  std::vector<PromptExample> examples = arithmetic(false);
+  std::mt19937_64 rng(7);
+  std::bernoulli_distribution forgets(0.6);
+  for (auto& e : examples) {
+    const int a = std::stoi(e.prompt.substr(0, e.prompt.find('+')));
+    const int b = std::stoi(e.prompt.substr(e.prompt.find('+') + 1));
+    if (forgets(rng)) e.answer = sum_without_carry(a, b);  // equal to the true sum when there is no carry
+  }
+  return examples;
+}
+
+}  // namespace
+
+bool is_builtin_task(const std::string& path) { return starts_with(path, "builtin:"); }
+
+std::vector<PromptExample> builtin_task(const std::string& path) {
+  if (path == "builtin:arithmetic/train") return arithmetic(false);
+  if (path == "builtin:arithmetic/test") return arithmetic(true);
+  if (path == "builtin:arithmetic/sloppy_teacher") return sloppy_teacher();
+  throw ConfigError(cat("unknown built-in dataset '", path,
+                        "' (known: builtin:arithmetic/train, builtin:arithmetic/test, "
+                        "builtin:arithmetic/sloppy_teacher)"));
+}
+
+}  // namespace areal

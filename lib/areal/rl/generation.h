@@ -1,0 +1,64 @@
+// Rollout: answers sampled from the current policy with the KV cache.
+//
+// For the rollout phase every rank gathers the whole policy in the compute dtype
+// (gather_policy: unit by unit, LoRA merged in) and generates for its own prompts
+// without further collectives. The memory this takes is
+//   parameters x dtype size  +  KV cache (rows x (prompt + max_new_tokens) x layers
+//   x 2 x kv_heads x head_dim x dtype size)  +  logits of one step (rows x vocab x 4),
+// and check_rollout_memory refuses to start when that is more than the device has free.
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <memory>
+#include <vector>
+
+#include "areal/config/config.h"
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+#include "areal/model/transformer.h"
+
+namespace areal {
+
+struct SamplingParams {
+  bool greedy = false;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0 or >= vocab: no top-k
+  int64_t max_new_tokens = 16;
+  int64_t min_new_tokens = 0;
+  std::vector<int64_t> stop_ids;  // end an answer (the stop token is kept in it)
+  int64_t pad_id = 0;
+};
+SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id);
+
+struct Generated {
+  std::vector<int64_t> tokens;  // the answer, ending with its stop token unless truncated
+  std::vector<float> logprobs;  // log p(token) under softmax(logits / temperature), per token
+  bool truncated = false;       // max_new_tokens reached without a stop token
+};
+
+// Bytes the rollout needs (formula above) and the bytes free on `device` (host:
+// MemAvailable; CUDA: the driver's free memory plus what torch's cache holds).
+int64_t rollout_memory_bytes(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
+                             int64_t max_new_tokens);
+int64_t free_memory_bytes(const at::Device& device);
+// Throws std::runtime_error with both figures when the rollout would not fit.
+void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
+                          int64_t max_new_tokens, const at::Device& device);
+
+// The whole policy on `device` in `dtype`, LoRA merged. Collective.
+std::shared_ptr<CausalLM> gather_policy(const ShardedModel& model, Communicator& comm, at::ScalarType dtype,
+                                        const at::Device& device);
+
+// One answer per prompt (repeat a prompt for several samples), in one batch: prompts
+// left-padded, then token by token with the cache. Row r samples on the CPU with
+// generators[r], so an answer depends on its row's seed, not on the device, the batch
+// it shares or the rank that generates it.
+std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const SamplingParams& params, std::vector<at::Generator>& generators);
+
+// A CPU generator for one answer: seeded from (seed, step, prompt, sample).
+at::Generator answer_generator(int64_t seed, int64_t step, int64_t prompt, int64_t sample);
+
+}  // namespace areal

@@ -1,0 +1,31 @@
+#include "areal/rl/ppo_loss.h"
+
+#include <ATen/ATen.h>
+
+namespace areal {
+
+PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                            double eps_clip, double eps_clip_higher, double c_clip) {
+  const double upper = eps_clip_higher > 0 ? eps_clip_higher : eps_clip;
+  at::Tensor ratio = (logp - old_logp).exp();
+  at::Tensor plain = -advantages * ratio;
+  at::Tensor clipped = -advantages * ratio.clamp(1 - eps_clip, 1 + upper);
+  at::Tensor loss = at::maximum(plain, clipped);
+  at::Tensor took_clip = clipped > plain;
+  at::Tensor dual = at::zeros_like(took_clip);
+  if (c_clip > 1) {
+    at::Tensor bound = -advantages * c_clip;
+    dual = (advantages < 0) & (loss > bound);
+    loss = at::where(dual, bound, loss);
+  }
+  return {loss, took_clip, dual, ratio.detach()};
+}
+
+TokenLogprobs token_logprobs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
+  at::Tensor logp_all = (logits.to(at::kFloat) / temperature).log_softmax(-1);
+  at::Tensor logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  at::Tensor entropy = -(logp_all.detach().exp() * logp_all.detach()).sum(-1);
+  return {logp, entropy};
+}
+
+}  // namespace areal

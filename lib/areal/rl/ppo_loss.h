@@ -1,0 +1,31 @@
+// The PPO policy loss per token, with AReaL's clipping options:
+//   ratio   = exp(logp - old_logp)
+//   loss    = max(-A * ratio, -A * clamp(ratio, 1 - eps_clip, 1 + eps_clip_higher))
+//   dual    for A < 0 and c_clip > 1: loss = min(loss, -A * c_clip)
+// eps_clip_higher = 0 means eps_clip. The trainer sums the masked token losses and
+// divides by the minibatch's token count over all ranks (token-level aggregation).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace areal {
+
+struct PpoTokenLoss {
+  at::Tensor loss;          // [rows, T], differentiable in logp
+  at::Tensor clipped;       // [rows, T] bool: the clipped term was taken
+  at::Tensor dual_clipped;  // [rows, T] bool: the dual clip bound was taken
+  at::Tensor ratio;         // [rows, T], detached
+};
+
+PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                            double eps_clip, double eps_clip_higher, double c_clip);
+
+// log p(target) and the entropy of each position's distribution, from logits
+// [rows, T, vocab] divided by the temperature; float32 [rows, T] each.
+struct TokenLogprobs {
+  at::Tensor logprobs;
+  at::Tensor entropy;  // detached
+};
+TokenLogprobs token_logprobs(const at::Tensor& logits, const at::Tensor& targets, double temperature);
+
+}  // namespace areal

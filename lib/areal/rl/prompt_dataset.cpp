@@ -1,0 +1,55 @@
+#include "areal/rl/prompt_dataset.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+// A field as text: strings as they are, numbers (GSM8K-style answers) as JSON writes them.
+std::string field_text(const nlohmann::json& row, const std::string& key, const std::string& where) {
+  if (!row.contains(key)) throw std::runtime_error(cat(where, ": no field '", key, "'"));
+  const auto& value = row[key];
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number()) return value.dump();
+  throw std::runtime_error(cat(where, ": field '", key, "' is not a string or a number"));
+}
+
+std::vector<PromptExample> read_jsonl(const std::string& path, const std::string& prompt_key,
+                                      const std::string& answer_key) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error(cat(path, ": cannot read the dataset"));
+  std::vector<PromptExample> examples;
+  std::string line;
+  for (int64_t number = 1; std::getline(file, line); ++number) {
+    if (trim(line).empty()) continue;
+    const std::string where = cat(path, ":", number);
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.is_object()) throw std::runtime_error(cat(where, ": not a JSON object"));
+    examples.push_back({field_text(row, prompt_key, where), field_text(row, answer_key, where)});
+  }
+  return examples;
+}
+
+}  // namespace
+
+PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
+                             int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl) {
+  std::vector<PromptExample> examples =
+      is_builtin_task(path) ? builtin_task(path) : read_jsonl(path, prompt_key, answer_key);
+  for (auto& example : examples) {
+    std::vector<int64_t> ids = prompt_tokens(tmpl, tokenizer, example.prompt);
+    if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) {
+      ++skipped_;
+      continue;
+    }
+    prompts_.push_back({std::move(example), std::move(ids)});
+  }
+  if (prompts_.empty())
+    throw std::runtime_error(cat(path, ": no usable prompts (", skipped_, " longer than max_length)"));
+}
+
+}  // namespace areal

@@ -1,0 +1,35 @@
+// The prompts of an RL run with their reference answers: a JSONL file (one object per
+// line; the prompt and the answer under configurable keys) or a built-in task
+// (builtin_tasks.h). Prompts are tokenized once through the chat template; prompts
+// longer than max_length tokens are skipped and counted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "areal/rl/builtin_tasks.h"
+#include "areal/rl/chat_template.h"
+
+namespace areal {
+
+struct Prompt {
+  PromptExample example;
+  std::vector<int64_t> ids;  // the prompt's tokens, template applied
+};
+
+class PromptDataset {
+ public:
+  // Throws std::runtime_error naming the file and line for unreadable rows.
+  PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
+                int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl);
+
+  size_t size() const { return prompts_.size(); }
+  int64_t skipped() const { return skipped_; }
+  const Prompt& operator[](size_t i) const { return prompts_.at(i); }
+
+ private:
+  std::vector<Prompt> prompts_;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace areal

@@ -1,0 +1,429 @@
+#include "areal/rl/rl_trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "areal/config/run_paths.h"
+#include "areal/fsdp/engine.h"
+#include "areal/fsdp/save.h"
+#include "areal/optim/adamw.h"
+#include "areal/optim/lr_schedule.h"
+#include "areal/rl/advantages.h"
+#include "areal/rl/epoch_order.h"
+#include "areal/rl/generation.h"
+#include "areal/rl/ppo_loss.h"
+#include "areal/rl/prompt_dataset.h"
+#include "areal/rl/reward.h"
+#include "areal/rl/stats_logger.h"
+#include "areal/rl/tokenizer.h"
+#include "areal/util/error.h"
+#include "areal/util/log.h"
+#include "areal/util/memory.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+constexpr int kMaxBadStepsInARow = 3;  // non-finite losses in a row before the job stops
+
+// A reward function that throws scores 0 for that answer; the failures are counted.
+double safe_reward(const RewardFn& reward, const std::string& answer, const std::string& reference, int64_t& failures) {
+  try {
+    return reward(answer, reference);
+  } catch (const std::exception& e) {
+    if (failures++ == 0) log::warn(cat("the reward function failed on an answer (scored 0): ", e.what()));
+    return 0.0;
+  }
+}
+
+// This rank's answers of one step, laid out for the engine. Targets are ids[:, 1:];
+// position t of the [rows, L - 1] tensors predicts token t + 1.
+struct Rollout {
+  at::Tensor ids;        // [rows, L] prompt + answer, right-padded
+  at::Tensor attention;  // [rows, L] 1 on real tokens
+  at::Tensor loss_mask;  // [rows, L - 1] 1 where the target is an answer token
+  at::Tensor old_logp;   // [rows, L - 1] behaviour log-probs of the answer tokens
+  std::vector<int64_t> lengths;  // real tokens per row (prompt + answer)
+  std::vector<double> rewards;   // raw rewards
+  int64_t answer_tokens = 0, longest_answer = 0, truncated = 0, reward_failures = 0;
+};
+
+Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
+             const Tokenizer& tokenizer, const RewardFn& reward) {
+  Rollout r;
+  const int64_t rows = static_cast<int64_t>(answers.size());
+  int64_t longest = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    r.lengths.push_back(static_cast<int64_t>(prompts[i / n_samples]->ids.size() + answers[i].tokens.size()));
+    longest = std::max(longest, r.lengths.back());
+  }
+  r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
+  r.attention = at::zeros({rows, longest}, at::kLong);
+  r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
+  r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Prompt& prompt = *prompts[i / n_samples];
+    const Generated& answer = answers[i];
+    const int64_t p = static_cast<int64_t>(prompt.ids.size()), a = static_cast<int64_t>(answer.tokens.size());
+    r.ids[i].narrow(0, 0, p).copy_(at::tensor(prompt.ids, at::kLong));
+    if (a > 0) {
+      r.ids[i].narrow(0, p, a).copy_(at::tensor(answer.tokens, at::kLong));
+      r.loss_mask[i].narrow(0, p - 1, a).fill_(1);
+      r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
+    }
+    r.attention[i].narrow(0, 0, p + a).fill_(1);
+    r.answer_tokens += a;
+    r.longest_answer = std::max(r.longest_answer, a);
+    r.truncated += answer.truncated;
+    r.rewards.push_back(safe_reward(reward, tokenizer.decode(answer.tokens), prompt.example.answer, r.reward_failures));
+  }
+  return r;
+}
+
+// Rows [begin, end) of the rollout, cut to their longest real length.
+struct Minibatch {
+  at::Tensor ids, attention, targets, loss_mask, old_logp, advantages, ref_logp;
+};
+
+Minibatch slice(const Rollout& r, const at::Tensor& advantages, const at::Tensor& ref_logp, int64_t begin, int64_t end,
+                const at::Device& device) {
+  int64_t length = 2;
+  for (int64_t i = begin; i < end; ++i) length = std::max(length, r.lengths[i]);
+  auto rows = [&](const at::Tensor& t, int64_t cols) { return t.narrow(0, begin, end - begin).narrow(1, 0, cols).to(device); };
+  Minibatch mb;
+  mb.ids = rows(r.ids, length);
+  mb.attention = rows(r.attention, length);
+  mb.targets = mb.ids.narrow(1, 1, length - 1);
+  mb.loss_mask = rows(r.loss_mask, length - 1);
+  mb.old_logp = rows(r.old_logp, length - 1);
+  if (advantages.defined()) mb.advantages = rows(advantages, length - 1);
+  if (ref_logp.defined()) mb.ref_logp = rows(ref_logp, length - 1);
+  return mb;
+}
+
+// Log-probs of the rollout's targets under `engine` without a graph: [rows, L - 1] on the CPU.
+at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks, double temperature,
+                         const at::Device& device) {
+  at::NoGradGuard no_grad;
+  const int64_t rows = r.ids.size(0);
+  at::Tensor out = at::zeros_like(r.old_logp);
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t begin = rows * c / n_chunks, end = rows * (c + 1) / n_chunks;
+    Minibatch mb = slice(r, {}, {}, begin, end, device);
+    at::Tensor logits = engine.forward(mb.ids, mb.attention);
+    at::Tensor logp = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, temperature).logprobs;
+    out.narrow(0, begin, end - begin).narrow(1, 0, logp.size(1)).copy_(logp.cpu());
+  }
+  return out * r.loss_mask;
+}
+
+int64_t device_peak_bytes(const at::Device& device) {
+  (void)device;  // the host's high-water mark; a GPU's allocator peak is not recorded yet
+  return peak_rss_bytes();
+}
+
+// Greedy answers to every held-out prompt (each rank its share), the share of answers
+// with a positive reward over all ranks. Collective (gathers the policy).
+double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& comm, const RankInfo& me,
+                at::ScalarType dtype, SamplingParams greedy, const Tokenizer& tokenizer, const RewardFn& reward,
+                int64_t chunk) {
+  greedy.greedy = true;
+  auto policy = gather_policy(model, comm, dtype, at::Device(me.device));
+  double correct = 0, count = 0;
+  int64_t failures = 0;
+  std::vector<at::Generator> none;
+  std::vector<size_t> mine;
+  for (size_t i = me.rank; i < data.size(); i += me.world_size) mine.push_back(i);
+  for (size_t begin = 0; begin < mine.size(); begin += chunk) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (size_t k = begin; k < std::min(mine.size(), begin + chunk); ++k) prompts.push_back(data[mine[k]].ids);
+    std::vector<Generated> answers = generate(*policy, prompts, greedy, none);
+    for (size_t k = 0; k < answers.size(); ++k) {
+      const Prompt& p = data[mine[begin + k]];
+      correct += safe_reward(reward, tokenizer.decode(answers[k].tokens), p.example.answer, failures) > 0;
+      count += 1;
+    }
+  }
+  at::Tensor totals = at::tensor({correct, count}, at::kDouble);
+  comm.all_reduce(totals, ReduceOp::Sum);
+  return totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+}
+
+void save(const Config& cfg, ShardedModel& model, Communicator& comm, const std::string& dir) {
+  save_sharded_checkpoint(model, comm, dir, at::kFloat);
+  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, dir);
+  if (model.has_adapters() && cfg.saver.merge_lora)
+    save_sharded_checkpoint(model, comm, dir + "-merged", at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/true);
+  // The tokenizer travels with the weights, so the checkpoint is a complete HF model.
+  if (comm.rank() == 0 && !cfg.model_path.empty() && std::filesystem::is_directory(cfg.model_path))
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "generation_config.json", "vocab.json", "merges.txt"}) {
+      auto from = std::filesystem::path(cfg.model_path) / name;
+      if (std::filesystem::exists(from))
+        std::filesystem::copy_file(from, std::filesystem::path(dir) / name,
+                                   std::filesystem::copy_options::overwrite_existing);
+    }
+  comm.barrier();
+}
+
+}  // namespace
+
+RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, ShardedModel& model) {
+  const ActorConfig& actor = cfg.actor;
+  const at::Device device(me.device);
+  const at::ScalarType compute_dtype = dtype_from_name(actor.dtype);
+
+  // ---- text: tokenizer, template, datasets, reward ----
+  auto tokenizer = load_tokenizer(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
+  if (tokenizer->vocab_size() > model.config().vocab_size)
+    throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
+                          model.config().vocab_size));
+  const PromptTemplate tmpl = prompt_template(cfg.chat_template, *tokenizer);
+  std::vector<int64_t> stop_ids = {tokenizer->eos_id()};
+  stop_ids.insert(stop_ids.end(), tmpl.stop_ids.begin(), tmpl.stop_ids.end());
+  const SamplingParams sampling = sampling_params(cfg.gconfig, stop_ids, tokenizer->pad_id());
+  const RewardFn reward = reward_function(cfg.reward_fn);
+
+  const DatasetConfig& td = cfg.train_dataset;
+  PromptDataset train(td.path, td.prompt_key, td.answer_key, td.max_length, *tokenizer, tmpl);
+  if (train.skipped() > 0) log::warn(cat(train.skipped(), " prompts longer than train_dataset.max_length skipped"));
+  std::optional<PromptDataset> valid;
+  if (!cfg.valid_dataset.path.empty()) {
+    const DatasetConfig& vd = cfg.valid_dataset;
+    valid.emplace(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *tokenizer, tmpl);
+  }
+
+  // ---- shapes of a step ----
+  const int64_t batch_size = td.batch_size, n_samples = cfg.gconfig.n_samples;
+  if (batch_size % me.world_size != 0)
+    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the world size (",
+                          me.world_size, "): every rank generates for batch_size / world_size prompts"));
+  const int64_t rows = batch_size / me.world_size * n_samples, n_minibatches = actor.ppo_n_minibatches;
+  if (rows < n_minibatches)
+    throw ConfigError(cat("option 'actor.ppo_n_minibatches' = ", n_minibatches, " is more than the ", rows,
+                          " answers each rank has per step (batch_size / world_size * n_samples)"));
+  const int64_t per_epoch = batches_per_epoch(train.size(), batch_size, td.drop_last);
+  if (per_epoch == 0)
+    throw ConfigError(cat(td.path, " has ", train.size(), " usable prompts, fewer than one batch of ", batch_size));
+  int64_t total_steps = per_epoch * cfg.total_train_epochs;
+  if (cfg.total_train_steps > 0) total_steps = std::min(total_steps, cfg.total_train_steps);
+  int64_t parameters = 0;
+  for (const auto& unit : model.units()) parameters += unit.numel;
+  log::info(cat("rl: ", train.size(), " prompts, ", per_epoch, " steps per epoch, ", total_steps, " steps; ",
+                batch_size, " prompts x ", n_samples, " answers per step, ", n_minibatches, " minibatches"));
+
+  // ---- engines ----
+  FsdpEngine engine(model, comm, compute_dtype, dtype_from_name(actor.grad_reduce_dtype));
+  ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
+  // The KL reference: with LoRA the base model (adapters off), else a frozen copy of the
+  // initial shards (one more shard set per rank, 1/N of the model).
+  const bool use_reference = actor.kl_ctl > 0;
+  std::unique_ptr<ShardedModel> reference_model;
+  std::unique_ptr<FsdpEngine> reference_engine;
+  if (use_reference && !model.has_adapters()) {
+    reference_model = model.frozen_copy();
+    reference_engine = std::make_unique<FsdpEngine>(*reference_model, comm, compute_dtype, at::kFloat);
+  }
+  auto reference_logp = [&](const Rollout& r) {
+    FsdpEngine& ref = reference_engine ? *reference_engine : engine;
+    ref.set_adapters_enabled(false);
+    at::Tensor logp = score_rollout(ref, r, n_minibatches, actor.temperature, device);
+    ref.set_adapters_enabled(true);
+    return logp;
+  };
+
+  StatsLogger stats(cfg, me.rank);
+  RlSummary summary;
+  auto run_eval = [&](const char* when) {
+    if (!valid) return -1.0;
+    auto start = Clock::now();
+    double accuracy = evaluate(*valid, model, comm, me, compute_dtype, sampling, *tokenizer, reward,
+                               cfg.valid_dataset.batch_size);
+    log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
+                  " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
+    return accuracy;
+  };
+  summary.eval_before = run_eval("before training");
+  if (valid) stats.log(0, {{"eval_accuracy", summary.eval_before}});
+
+  const int64_t total_updates = total_steps * n_minibatches;
+  int bad_in_a_row = 0;
+  int64_t step = 0;
+  for (int64_t epoch = 0; step < total_steps; ++epoch) {
+    std::vector<size_t> order = epoch_order(train.size(), cfg.seed, epoch, td.shuffle);
+    for (int64_t b = 0; b < per_epoch && step < total_steps; ++b, ++step) {
+      const int64_t first = b * batch_size;
+      if (first + batch_size > static_cast<int64_t>(order.size())) break;  // the last partial batch cannot be shared
+      // ---- rollout: this rank's prompts are every world_size-th of the batch ----
+      auto rollout_start = Clock::now();
+      std::vector<const Prompt*> prompts;
+      std::vector<std::vector<int64_t>> inputs;
+      std::vector<at::Generator> generators;
+      int64_t longest_prompt = 0;
+      for (int64_t i = me.rank; i < batch_size; i += me.world_size) {
+        const size_t index = order[first + i];
+        prompts.push_back(&train[index]);
+        longest_prompt = std::max<int64_t>(longest_prompt, train[index].ids.size());
+        for (int64_t s = 0; s < n_samples; ++s) {
+          inputs.push_back(train[index].ids);
+          generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+        }
+      }
+      check_rollout_memory(model.config(), parameters, compute_dtype, rows, longest_prompt, sampling.max_new_tokens,
+                           device);
+      std::vector<Generated> answers;
+      {
+        auto policy = gather_policy(model, comm, compute_dtype, device);
+        answers = generate(*policy, inputs, sampling, generators);
+      }
+      Rollout r = pack(prompts, n_samples, answers, *tokenizer, reward);
+      const double rollout_seconds = seconds_since(rollout_start);
+
+      // ---- advantages ----
+      auto train_start = Clock::now();
+      if (actor.recompute_logprob) r.old_logp = score_rollout(engine, r, n_minibatches, actor.temperature, device);
+      at::Tensor ref_logp, kl;
+      if (use_reference) {
+        ref_logp = reference_logp(r);
+        kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
+      }
+      std::vector<double> scores;
+      for (double raw : r.rewards) scores.push_back(transform_reward(raw, actor));
+      at::Tensor advantages = token_advantages(at::tensor(scores, at::kFloat), kl, r.loss_mask, actor.kl_ctl,
+                                               actor.discount, actor.gae_lambda);
+      advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
+
+      // ---- PPO minibatch updates ----
+      at::Tensor mb_tokens = at::zeros({n_minibatches}, at::kDouble);
+      for (int64_t m = 0; m < n_minibatches; ++m)
+        mb_tokens[m] = r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches)
+                           .sum().item<double>();
+      comm.all_reduce(mb_tokens, ReduceOp::Sum);
+      // Sums over this rank's answer tokens: loss, clipped, dual-clipped, entropy.
+      double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
+      int64_t updates = 0;
+      for (int64_t m = 0; m < n_minibatches; ++m) {
+        const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
+        Minibatch mb = slice(r, advantages, {}, begin, end, device);
+        const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
+        at::Tensor logits = engine.forward(mb.ids, mb.attention);
+        TokenLogprobs tl = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, actor.temperature);
+        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.old_logp, mb.advantages, actor.eps_clip,
+                                         actor.eps_clip_higher, actor.c_clip);
+        at::Tensor local = (pl.loss * mb.loss_mask).sum();
+        at::Tensor total = local.detach().to(at::kDouble).cpu().reshape({1});
+        comm.all_reduce(total, ReduceOp::Sum);
+        if (!std::isfinite(total.item<double>())) {
+          log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
+          if (++bad_in_a_row >= kMaxBadStepsInARow)
+            throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite loss; stopping "
+                                         "(lower optimizer.lr, or check the data and the model)"));
+          continue;
+        }
+        optimizer.zero_grad();
+        // The engine averages gradients over ranks; the factor undoes it, so the
+        // gradient is that of the mean over the minibatch's tokens of all ranks.
+        (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
+        lr = learning_rate(cfg.optimizer, step * n_minibatches + m, total_updates);
+        StepResult result = optimizer.step(lr);
+        if (result.skipped) {
+          log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the gradient norm is not finite; skipped"));
+          if (++bad_in_a_row >= kMaxBadStepsInARow)
+            throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite gradient; stopping"));
+          continue;
+        }
+        bad_in_a_row = 0;
+        grad_norm += result.grad_norm;
+        ++updates;
+        loss_sum += total.item<double>() / global_tokens;
+        clipped += (pl.clipped.to(at::kFloat) * mb.loss_mask).sum().item<double>();
+        dual += (pl.dual_clipped.to(at::kFloat) * mb.loss_mask).sum().item<double>();
+        entropy += (tl.entropy * mb.loss_mask).sum().item<double>();
+      }
+      const double train_seconds = seconds_since(train_start);
+
+      // ---- stats over all ranks ----
+      double reward_sum = 0, reward_sq = 0, correct = 0;
+      for (double x : r.rewards) {
+        reward_sum += x;
+        reward_sq += x * x;
+        correct += x > 0;
+      }
+      const double kl_sum = kl.defined() ? kl.sum().item<double>() : 0.0;
+      at::Tensor sums = at::tensor({reward_sum, reward_sq, correct, static_cast<double>(rows),
+                                    static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated), clipped, dual,
+                                    entropy, kl_sum, static_cast<double>(r.reward_failures),
+                                    static_cast<double>(r.ids.numel())},
+                                   at::kDouble);
+      comm.all_reduce(sums, ReduceOp::Sum);
+      at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(device_peak_bytes(device)),
+                                      rollout_seconds, train_seconds},
+                                     at::kDouble);
+      comm.all_reduce(maxima, ReduceOp::Max);
+      auto s = [&](int i) { return sums[i].item<double>(); };
+      auto mx = [&](int i) { return maxima[i].item<double>(); };
+      const double n = s(3), tokens = std::max(1.0, s(4));
+      const double reward_mean = s(0) / n;
+      const double reward_std = std::sqrt(std::max(0.0, s(1) / n - reward_mean * reward_mean));
+      const Stats row = {{"reward_mean", reward_mean},
+                         {"reward_std", reward_std},
+                         {"accuracy", s(2) / n},
+                         {"response_length_mean", s(4) / n},
+                         {"response_length_max", mx(0)},
+                         {"truncated_share", s(5) / n},
+                         {"loss", updates > 0 ? loss_sum / updates : NAN},
+                         {"clip_fraction", s(6) / tokens},
+                         {"dual_clip_fraction", s(7) / tokens},
+                         {"entropy", s(8) / tokens},
+                         {"kl", s(9) / tokens},
+                         {"grad_norm", updates > 0 ? grad_norm / updates : NAN},
+                         {"lr", lr},
+                         {"rollout_seconds", mx(2)},
+                         {"train_seconds", mx(3)},
+                         {"gen_tokens_per_second", s(4) / std::max(1e-9, mx(2))},
+                         {"train_tokens_per_second", s(11) / std::max(1e-9, mx(3))},
+                         {"peak_memory_bytes", mx(1)},
+                         {"reward_failures", s(10)}};
+      if (step == 0) summary.first_reward = reward_mean;
+      summary.last_reward = reward_mean;
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "step %lld/%lld  reward %.3f+-%.3f  acc %.3f  len %.1f/%.0f  trunc %.2f  loss %.4f  clip %.3f  "
+                    "kl %.4f  ent %.3f  grad %.3f  lr %.2e  rollout %.1fs  train %.1fs  gen %.0f tok/s  mem %s",
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), reward_mean, reward_std,
+                    s(2) / n, s(4) / n, mx(0), s(5) / n, updates > 0 ? loss_sum / updates : NAN, s(6) / tokens,
+                    s(9) / tokens, s(8) / tokens, updates > 0 ? grad_norm / updates : NAN, lr, mx(2), mx(3),
+                    s(4) / std::max(1e-9, mx(2)), format_bytes(static_cast<int64_t>(mx(1))).c_str());
+      log::info(line);
+      if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
+      Stats logged = row;
+      const bool last = step + 1 == total_steps;
+      if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
+        logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
+      stats.log(step + 1, logged);
+      if (cfg.saver.freq_steps > 0 && (step + 1) % cfg.saver.freq_steps == 0 && !last)
+        save(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
+    }
+  }
+  summary.steps = step;
+  summary.eval_after = run_eval("after training");
+  if (valid) stats.log(step, {{"eval_accuracy", summary.eval_after}});
+  summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
+  save(cfg, model, comm, summary.checkpoint);
+  if (valid)
+    log::info(cat("rl: held-out greedy accuracy ", format_fixed(100 * summary.eval_before, 1), "% -> ",
+                  format_fixed(100 * summary.eval_after, 1), "%"));
+  log::info(cat("rl: ", step, " steps, mean reward ", format_fixed(summary.first_reward, 3), " -> ",
+                format_fixed(summary.last_reward, 3), "; saved ", summary.checkpoint, "; stats in ",
+                (std::filesystem::path(run_dir(cfg)) / "stats.jsonl").string()));
+  return summary;
+}
+
+}  // namespace areal

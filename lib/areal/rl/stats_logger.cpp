@@ -1,0 +1,32 @@
+#include "areal/rl/stats_logger.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "areal/config/run_paths.h"
+
+namespace areal {
+
+StatsLogger::StatsLogger(const Config& cfg, int rank) : active_(rank == 0) {
+  if (!active_) return;
+  std::filesystem::create_directories(run_dir(cfg));
+  jsonl_path_ = (std::filesystem::path(run_dir(cfg)) / "stats.jsonl").string();
+  // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
+  jsonl_.open(jsonl_path_, std::ios::trunc);
+  if (!cfg.stats_logger.tensorboard.path.empty())
+    tensorboard_ = std::make_unique<TensorBoardWriter>(cfg.stats_logger.tensorboard.path);
+}
+
+void StatsLogger::log(int64_t step, const Stats& stats) {
+  if (!active_) return;
+  nlohmann::ordered_json row = {{"step", step}};
+  for (const auto& [name, value] : stats) {
+    row[name] = value;
+    if (tensorboard_) tensorboard_->add_scalar(name, step, value);
+  }
+  jsonl_ << row.dump() << "\n";
+  jsonl_.flush();
+  if (tensorboard_) tensorboard_->flush();
+}
+
+}  // namespace areal

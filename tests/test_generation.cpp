@@ -1,0 +1,135 @@
+// Generation with the KV cache against the full forward without a cache (the
+// step-by-step argmax), sampling controls, stop tokens and per-row seeds.
+#include <ATen/ATen.h>
+#include "catch_with_torch.h"
+
+#include "areal/model/hf_weights.h"
+#include "areal/rl/generation.h"
+
+using namespace areal;
+
+namespace {
+
+const std::string kModel = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+
+// Greedy continuation by re-running the whole sequence each step: no cache, no padding.
+std::vector<int64_t> reference_greedy(CausalLM& model, std::vector<int64_t> ids, int64_t steps,
+                                      std::vector<float>* logprobs) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> out;
+  for (int64_t s = 0; s < steps; ++s) {
+    at::Tensor logits = model.forward(at::tensor(ids, at::kLong).unsqueeze(0)).select(1, -1)[0];
+    const int64_t next = logits.argmax().item<int64_t>();
+    if (logprobs) logprobs->push_back(logits.log_softmax(-1)[next].item<float>());
+    out.push_back(next);
+    ids.push_back(next);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> prompts() { return {{5, 17, 3}, {40, 2, 9, 11, 23, 7}, {88}}; }
+
+}  // namespace
+
+TEST_CASE("generation: greedy with the cache equals step-by-step argmax of the full forward", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.greedy = true;
+  p.max_new_tokens = 8;
+  p.pad_id = 0;
+  std::vector<at::Generator> none;
+  std::vector<Generated> out = generate(*model, prompts(), p, none);  // left-padded batch of 3 lengths
+  for (size_t r = 0; r < prompts().size(); ++r) {
+    std::vector<float> logprobs;
+    CHECK(out[r].tokens == reference_greedy(*model, prompts()[r], 8, &logprobs));
+    REQUIRE(out[r].logprobs.size() == logprobs.size());
+    for (size_t k = 0; k < logprobs.size(); ++k) CHECK(out[r].logprobs[k] == Approx(logprobs[k]).margin(1e-4));
+    CHECK(out[r].truncated);
+  }
+}
+
+TEST_CASE("generation: a stop token ends one row and the others go on", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.greedy = true;
+  p.max_new_tokens = 8;
+  std::vector<at::Generator> none;
+  std::vector<Generated> free_run = generate(*model, prompts(), p, none);
+  p.stop_ids = {free_run[1].tokens[2]};  // row 1's third token becomes a stop token
+  std::vector<Generated> out = generate(*model, prompts(), p, none);
+  const auto first_stop = [&](const std::vector<int64_t>& tokens) {
+    auto it = std::find(tokens.begin(), tokens.end(), p.stop_ids[0]);
+    return it == tokens.end() ? tokens.size() : static_cast<size_t>(it - tokens.begin()) + 1;
+  };
+  for (size_t r = 0; r < out.size(); ++r) {
+    const size_t n = first_stop(free_run[r].tokens);
+    CHECK(out[r].tokens == std::vector<int64_t>(free_run[r].tokens.begin(), free_run[r].tokens.begin() + n));
+    CHECK(out[r].truncated == (n == free_run[r].tokens.size() && out[r].tokens.back() != p.stop_ids[0]));
+  }
+  CHECK(out[1].tokens.size() <= 3);
+  CHECK_FALSE(out[1].truncated);
+  // min_new_tokens holds the stop token back.
+  p.min_new_tokens = 8;
+  std::vector<Generated> held = generate(*model, prompts(), p, none);
+  for (const auto& g : held) CHECK(g.tokens.size() == 8);
+}
+
+TEST_CASE("generation: sampling is seeded per row, top_k 1 is greedy, top_p keeps the likeliest", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.max_new_tokens = 6;
+  p.temperature = 1.5;
+  auto gens = [](int64_t seed, size_t n) {
+    std::vector<at::Generator> g;
+    for (size_t r = 0; r < n; ++r) g.push_back(answer_generator(seed, 0, static_cast<int64_t>(r), 0));
+    return g;
+  };
+  auto g1 = gens(3, 3), g2 = gens(3, 3), g3 = gens(4, 3);
+  std::vector<Generated> a = generate(*model, prompts(), p, g1), b = generate(*model, prompts(), p, g2);
+  std::vector<Generated> c = generate(*model, prompts(), p, g3);
+  bool any_differs = false;
+  for (size_t r = 0; r < a.size(); ++r) {
+    CHECK(a[r].tokens == b[r].tokens);
+    any_differs = any_differs || a[r].tokens != c[r].tokens;
+  }
+  CHECK(any_differs);
+  // A row alone gives the same answer as inside the batch: its seed, not its neighbours, decides.
+  std::vector<at::Generator> alone = {answer_generator(3, 0, 1, 0)};
+  CHECK(generate(*model, {prompts()[1]}, p, alone)[0].tokens == a[1].tokens);
+  // The behaviour log-prob is that of the temperature-scaled distribution.
+  {
+    at::NoGradGuard no_grad;
+    std::vector<int64_t> seq = prompts()[0];
+    at::Tensor logits = model->forward(at::tensor(seq, at::kLong).unsqueeze(0)).select(1, -1)[0];
+    CHECK(a[0].logprobs[0] == Approx((logits / 1.5).log_softmax(-1)[a[0].tokens[0]].item<float>()).margin(1e-4));
+  }
+  // top_k = 1 and a tiny top_p both leave only the most likely token.
+  SamplingParams greedy = p;
+  greedy.greedy = true;
+  std::vector<at::Generator> none;
+  std::vector<Generated> expected = generate(*model, prompts(), greedy, none);
+  SamplingParams k1 = p, p0 = p;
+  k1.top_k = 1;
+  p0.top_p = 1e-6;
+  auto g4 = gens(9, 3), g5 = gens(9, 3);
+  std::vector<Generated> by_k = generate(*model, prompts(), k1, g4), by_p = generate(*model, prompts(), p0, g5);
+  for (size_t r = 0; r < expected.size(); ++r) {
+    CHECK(by_k[r].tokens == expected[r].tokens);
+    CHECK(by_p[r].tokens == expected[r].tokens);
+  }
+}
+
+TEST_CASE("generation: the rollout's memory estimate and the refusal when it does not fit", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  const ModelConfig& c = model->config();
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  // weights + cache (rows x tokens x layers x k,v x kv heads x head dim) + one step's logits, float32
+  const int64_t expected = parameters * 4 + 8 * (10 + 20) * c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * 4 +
+                           8 * c.vocab_size * 4;
+  CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20) == expected);
+  CHECK(free_memory_bytes(at::Device("cpu")) > 0);
+  CHECK_NOTHROW(check_rollout_memory(c, parameters, at::kFloat, 8, 10, 20, at::Device("cpu")));
+  CHECK_THROWS_WITH(check_rollout_memory(c, parameters, at::kFloat, 1 << 20, 1 << 20, 1 << 20, at::Device("cpu")),
+                    Catch::Matchers::Contains("the rollout needs") && Catch::Matchers::Contains("is free"));
+}

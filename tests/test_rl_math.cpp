@@ -1,0 +1,136 @@
+// Rewards -> advantages -> PPO loss on fixed tensors, against values computed by hand
+// (the arithmetic is written out next to each expectation).
+#include <ATen/ATen.h>
+#include "catch_with_torch.h"
+
+#include <cmath>
+
+#include "areal/rl/advantages.h"
+#include "areal/rl/ppo_loss.h"
+
+using namespace areal;
+
+namespace {
+at::Tensor t(std::vector<float> v) { return at::tensor(v, at::kFloat); }
+at::Tensor t2(std::vector<float> v, int64_t cols) { return t(v).view({-1, cols}); }
+bool close(const at::Tensor& a, const at::Tensor& b, double tol = 1e-5) { return at::allclose(a, b, 0, tol); }
+}  // namespace
+
+TEST_CASE("rl: reward transform is (r + bias) * scaling, clipped", "[rl][advantages]") {
+  ActorConfig a;
+  a.reward_bias = -0.5;
+  a.reward_scaling = 4;
+  a.reward_clip = 3;
+  CHECK(transform_reward(1.0, a) == 2.0);    // (1 - 0.5) * 4
+  CHECK(transform_reward(2.0, a) == 3.0);    // 6 clipped to 3
+  CHECK(transform_reward(-1.0, a) == -3.0);  // -6 clipped to -3
+}
+
+TEST_CASE("rl: KL estimators k1, k2, k3", "[rl][advantages]") {
+  at::Tensor logp = t({-1.0f, -2.0f}), ref = t({-1.5f, -1.0f});
+  // log ratio logp - ref = [0.5, -1]
+  CHECK(close(kl_estimate(logp, ref, "k1"), t({0.5f, -1.0f})));
+  CHECK(close(kl_estimate(logp, ref, "k2"), t({0.125f, 0.5f})));
+  // k3 = exp(ref - logp) - (ref - logp) - 1 = [e^-0.5 + 0.5 - 1, e^1 - 1 - 1]
+  CHECK(close(kl_estimate(logp, ref, "k3"), t({std::exp(-0.5f) - 0.5f, std::exp(1.0f) - 2.0f})));
+  CHECK_THROWS(kl_estimate(logp, ref, "k4"));
+}
+
+TEST_CASE("rl: token advantages put the score on the last answer token, then discounted returns", "[rl][advantages]") {
+  // Row 0: answer tokens at positions 1, 2; row 1: at 2, 3.
+  at::Tensor mask = t2({0, 1, 1, 0, 0, 0, 1, 1}, 4);
+  at::Tensor scores = t({1.0f, -1.0f});
+  SECTION("no KL, discount 1: every answer token gets the score") {
+    CHECK(close(token_advantages(scores, {}, mask, 0, 1, 1), t2({0, 1, 1, 0, 0, 0, -1, -1}, 4)));
+  }
+  SECTION("discount 0.5, lambda 1: the score halves per step back") {
+    CHECK(close(token_advantages(scores, {}, mask, 0, 0.5, 1), t2({0, 0.5, 1, 0, 0, 0, -0.5, -1}, 4)));
+  }
+  SECTION("KL penalty: r_t = -kl_ctl * kl_t, plus the score at the end") {
+    at::Tensor kl = t2({9, 0.2f, 0.4f, 9, 9, 9, 0.1f, 0.3f}, 4);  // 9s sit outside the mask and must not count
+    // row 0: r = [-, -0.1, -0.2 + 1]; returns = [0.7, 0.8]; row 1: r = [-0.05, -0.15 - 1] -> [-1.2, -1.15]
+    CHECK(close(token_advantages(scores, kl * mask, mask, 0.5, 1, 1), t2({0, 0.7f, 0.8f, 0, 0, 0, -1.2f, -1.15f}, 4)));
+  }
+}
+
+TEST_CASE("rl: advantage normalization by group and batch, leave-one-out, unbiased std", "[rl][advantages]") {
+  // 4 answers of one token each, groups of 2: values 1, 0 | 1, 1.
+  at::Tensor mask = at::ones({4, 1});
+  at::Tensor adv = t2({1, 0, 1, 1}, 1);
+  NormConfig n;
+  n.eps = 0;
+  SECTION("group mean only") {
+    n.mean_level = "group";
+    n.std_level = "none";
+    CHECK(close(normalize_advantages(adv, mask, n, 2, nullptr), t2({0.5f, -0.5f, 0, 0}, 1)));
+  }
+  SECTION("group mean, leave one out: the others' mean") {
+    n.mean_level = "group";
+    n.mean_leave1out = true;
+    n.std_level = "none";
+    CHECK(close(normalize_advantages(adv, mask, n, 2, nullptr), t2({1, -1, 0, 0}, 1)));
+  }
+  SECTION("batch mean and unbiased batch std") {
+    n.mean_level = "batch";
+    n.std_level = "batch";
+    // mean 0.75; var = (3 * 0.0625 + 0.5625) / 3 = 0.25; std 0.5
+    CHECK(close(normalize_advantages(adv, mask, n, 2, nullptr), t2({0.5f, -1.5f, 0.5f, 0.5f}, 1)));
+  }
+  SECTION("group mean and biased group std; a group of equal values stays 0") {
+    n.mean_level = "group";
+    n.std_level = "group";
+    n.std_unbiased = false;
+    n.eps = 1e-5;
+    // group 1: mean 0.5, std 0.5 -> +-1 (eps aside); group 2: 0 / (0 + eps) = 0
+    CHECK(close(normalize_advantages(adv, mask, n, 2, nullptr), t2({1, -1, 0, 0}, 1), 1e-4));
+  }
+  SECTION("padding tokens neither count nor get an advantage") {
+    at::Tensor padded = t2({1, 5, 0, 5, 1, 5, 1, 5}, 2), m = t2({1, 0, 1, 0, 1, 0, 1, 0}, 2);
+    n.mean_level = "batch";
+    n.std_level = "none";
+    CHECK(close(normalize_advantages(padded, m, n, 2, nullptr), t2({0.25f, 0, -0.75f, 0, 0.25f, 0, 0.25f, 0}, 2)));
+  }
+}
+
+TEST_CASE("rl: PPO clipped loss, asymmetric clip and dual clip", "[rl][ppo]") {
+  // ratios e^0.5 = 1.6487, e^-0.5 = 0.6065, 1, e^0.1 = 1.1052
+  at::Tensor old_logp = t({-1, -1, -1, -1});
+  at::Tensor logp = t({-0.5f, -1.5f, -1, -0.9f});
+  at::Tensor adv = t({1, 1, -2, -1});
+  const double r0 = std::exp(0.5), r1 = std::exp(-0.5), r3 = std::exp(0.1);
+  SECTION("symmetric eps 0.2") {
+    PpoTokenLoss l = ppo_token_loss(logp, old_logp, adv, 0.2, 0, 0);
+    // A > 0, ratio 1.65: max(-1.65, -1.2) = -1.2 (clipped); ratio 0.61: max(-0.61, -0.8) = -0.61
+    // A = -2, ratio 1: 2; A = -1, ratio 1.105: max(1.105, 1.105) = 1.105 (inside the range)
+    CHECK(close(l.loss, t({-1.2f, static_cast<float>(-r1), 2.0f, static_cast<float>(r3)})));
+    CHECK(l.clipped.equal(at::tensor({1, 0, 0, 0}, at::kLong).to(at::kBool)));
+  }
+  SECTION("eps_clip_higher widens the upper bound only") {
+    PpoTokenLoss l = ppo_token_loss(logp, old_logp, adv, 0.2, 0.28, 0);
+    CHECK(l.loss[0].item<float>() == Approx(-1.28));
+    CHECK(l.loss[1].item<float>() == Approx(-r1));
+  }
+  SECTION("dual clip caps the loss of negative advantages at -A * c_clip") {
+    at::Tensor big = t({-1, -1, 1.5f, -1});  // ratio e^2.5 = 12.18 for the third token
+    PpoTokenLoss l = ppo_token_loss(big, old_logp, t({1, 1, -2, -1}), 0.2, 0, 3);
+    CHECK(l.loss[2].item<float>() == Approx(6.0));  // min(2 * 12.18, 2 * 3)
+    CHECK(l.dual_clipped.equal(at::tensor({0, 0, 1, 0}, at::kLong).to(at::kBool)));
+  }
+  SECTION("the gradient pushes up tokens with positive advantage, inside the clip range only") {
+    at::Tensor x = logp.clone().requires_grad_(true);
+    ppo_token_loss(x, old_logp, adv, 0.2, 0, 0).loss.sum().backward();
+    // d/dx of -A * e^(x - old) = -A * ratio, zero where the clipped term was taken
+    CHECK(close(x.grad(), t({0, static_cast<float>(-r1), 2.0f, static_cast<float>(r3)})));
+  }
+  (void)r0;
+}
+
+TEST_CASE("rl: token log-probs and entropy from logits with a temperature", "[rl][ppo]") {
+  at::Tensor logits = t({2.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f}).view({1, 2, 3});
+  at::Tensor targets = at::tensor({0, 2}, at::kLong).view({1, 2});
+  TokenLogprobs tl = token_logprobs(logits, targets, 2.0);
+  // position 0: logits / 2 = [1, 0, 0]: log(e / (e + 2)); position 1: uniform: log(1/3), entropy log 3
+  CHECK(tl.logprobs[0][0].item<float>() == Approx(std::log(std::exp(1.0) / (std::exp(1.0) + 2))));
+  CHECK(tl.logprobs[0][1].item<float>() == Approx(std::log(1.0 / 3)));
+  CHECK(tl.entropy[0][1].item<float>() == Approx(std::log(3.0)));
+}
