@@ -16,40 +16,11 @@
 #include <iterator>
 
 #include "areal/model/hf_weights.h"
+#include "run_binary.h"
 
 using Catch::Matchers::Contains;
 
 namespace {
-
-struct Result {
-  int exit_code = -1;
-  double seconds = 0;  // wall time of the command
-  std::string output;  // stdout and stderr together
-  std::string stdout_only;
-};
-
-// Runs `args` through the shell from the source directory; stderr is captured
-// separately so that --print-config output can be compared byte for byte.
-Result run(const std::string& args) {
-  auto stderr_path = std::filesystem::temp_directory_path() / ("areal_test_stderr_" + std::to_string(::getpid()));
-  std::string command = "cd " AREAL_SOURCE_DIR " && " + args + " 2>" + stderr_path.string();
-  Result result;
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.stdout_only.append(buffer, n);
-  int status = pclose(pipe);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream err(stderr_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  std::filesystem::remove(stderr_path);
-  result.output = result.stdout_only + text.str();
-  return result;
-}
 
 const std::string kBin = AREAL_TRAIN_BIN;
 const std::string kMpirun2 = std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN;
@@ -78,6 +49,20 @@ TEST_CASE("binary: a misspelt option exits 2 with a suggestion", "[binary]") {
   Result r = run(kBin + " --fsdp.memory_efficent_load true");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Contains("did you mean 'fsdp.memory_efficient_load'"));
+}
+
+TEST_CASE("binary: every config in configs/ is valid", "[binary][configs]") {
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(AREAL_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    // Configs for real clusters name paths that only exist there: give them a local model.
+    Result r = run(kBin + " --print-config --config " + entry.path().string() +
+                   " --model_path tests/fixtures/models/tiny_chat");
+    INFO(entry.path() << "\n" << r.output);
+    CHECK(r.exit_code == 0);
+    ++checked;
+  }
+  CHECK(checked >= 5);
 }
 
 TEST_CASE("binary: --print-config output fed back with --config prints the same text", "[binary]") {

@@ -42,6 +42,21 @@ TEST_CASE("all three override spellings give the same config", "[cli]") {
   }
 }
 
+TEST_CASE("an empty value (key= or --key=) sets the option to empty, not to the next argument", "[cli]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"valid_dataset.path=", "model_path=", "optimizer.lr=0.5"},
+           {"--valid_dataset.path=", "--model_path=", "--optimizer.lr=0.5"},
+           {"--valid_dataset.path", "", "--model_path=", "--optimizer.lr", "0.5"},
+       }) {
+    INFO(args[0]);
+    CommandLine cli = parse(args);
+    Config merged = load_config("", cli.overrides);
+    CHECK(merged.valid_dataset.path.empty());
+    CHECK(merged.model_path.empty());
+    CHECK(merged.optimizer.lr == 0.5);
+  }
+}
+
 TEST_CASE("program flags", "[cli]") {
   CommandLine cli = parse({"--config", "run.yaml", "--print-config", "seed=3"});
   CHECK(cli.config_path == "run.yaml");

@@ -43,3 +43,15 @@ TEST_CASE("reward functions by name", "[reward]") {
   CHECK_THROWS_AS(reward_function("bleu"), ConfigError);
   CHECK_THROWS_WITH(reward_function("bleu"), Catch::Matchers::Contains("exact_match, math"));
 }
+
+TEST_CASE("a reward function that throws scores that answer 0 and is counted", "[reward]") {
+  RewardFn picky = [](const std::string& answer, const std::string&) -> double {
+    if (answer == "boom") throw std::runtime_error("cannot parse");
+    return 1.0;
+  };
+  int64_t failures = 0;
+  CHECK(reward_or_zero(picky, "42", "42", failures) == 1.0);
+  CHECK(reward_or_zero(picky, "boom", "42", failures) == 0.0);
+  CHECK(reward_or_zero(picky, "boom", "42", failures) == 0.0);
+  CHECK(failures == 2);
+}

@@ -25,6 +25,12 @@ std::vector<std::string> normalize_arguments(int argc, const char* const* argv) 
                                 args.back().find('=') == std::string::npos && args.back() != "--print-config" &&
                                 args.back() != "--help" && args.back() != "--cli-reference";
     if (bare_assignment && !is_value_of_previous) arg = "--" + arg;
+    // `--key=` (an empty value): CLI11 would take the next argument as the value.
+    if (starts_with(arg, "--") && !arg.empty() && arg.back() == '=') {
+      args.push_back(arg.substr(0, arg.size() - 1));
+      args.push_back("");
+      continue;
+    }
     args.push_back(arg);
   }
   return args;

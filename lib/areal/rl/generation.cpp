@@ -141,6 +141,9 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
   at::Tensor stop_ids = at::tensor(p.stop_ids, at::kLong);
   for (int64_t step = 0; step < p.max_new_tokens; ++step) {
     at::Tensor last = logits.to(at::kFloat).cpu();
+    if (!at::isfinite(last).all().item<bool>())
+      throw std::runtime_error(cat("generation: the policy's logits are not finite at new token ", step + 1,
+                                   " (NaN or inf in the weights; a diverged run? lower optimizer.lr)"));
     if (step < p.min_new_tokens && stop_ids.numel() > 0) last.index_fill_(-1, stop_ids, -INFINITY);
     at::Tensor next = sample(last, p, generators);
     at::Tensor logprobs = (last / p.temperature).log_softmax(-1).gather(-1, next.unsqueeze(-1)).squeeze(-1);

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "areal/util/error.h"
+#include "areal/util/log.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -82,6 +83,16 @@ RewardFn reward_function(const std::string& name) {
       return extracted && math_answers_equal(*extracted, expected) ? 1.0 : 0.0;
     };
   throw ConfigError(cat("reward function '", name, "' is unknown (exact_match, math)"));
+}
+
+double reward_or_zero(const RewardFn& reward, const std::string& answer, const std::string& reference,
+                      int64_t& failures) {
+  try {
+    return reward(answer, reference);
+  } catch (const std::exception& e) {
+    if (failures++ == 0) log::warn(cat("the reward function failed on an answer (scored 0): ", e.what()));
+    return 0.0;
+  }
 }
 
 }  // namespace areal

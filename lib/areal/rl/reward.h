@@ -5,6 +5,7 @@
 //                reference numerically: "0.5" = "1/2" = "\frac{1}{2}", "1,000" = "1000"
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -15,6 +16,11 @@ using RewardFn = std::function<double(const std::string& answer, const std::stri
 
 // The reward function named `name`; throws ConfigError naming the choices otherwise.
 RewardFn reward_function(const std::string& name);
+
+// reward(answer, reference), or 0 when the function throws; `failures` counts those,
+// and the first one is logged as a warning.
+double reward_or_zero(const RewardFn& reward, const std::string& answer, const std::string& reference,
+                      int64_t& failures);
 
 // The final answer of a solution text, or nothing when it has none.
 std::optional<std::string> extract_math_answer(const std::string& text);

@@ -33,16 +33,6 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 constexpr int kMaxBadStepsInARow = 3;  // non-finite losses in a row before the job stops
 
-// A reward function that throws scores 0 for that answer; the failures are counted.
-double safe_reward(const RewardFn& reward, const std::string& answer, const std::string& reference, int64_t& failures) {
-  try {
-    return reward(answer, reference);
-  } catch (const std::exception& e) {
-    if (failures++ == 0) log::warn(cat("the reward function failed on an answer (scored 0): ", e.what()));
-    return 0.0;
-  }
-}
-
 // This rank's answers of one step, laid out for the engine. Targets are ids[:, 1:];
 // position t of the [rows, L - 1] tensors predicts token t + 1.
 struct Rollout {
@@ -82,7 +72,7 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     r.answer_tokens += a;
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
-    r.rewards.push_back(safe_reward(reward, tokenizer.decode(answer.tokens), prompt.example.answer, r.reward_failures));
+    r.rewards.push_back(reward_or_zero(reward, tokenizer.decode(answer.tokens), prompt.example.answer, r.reward_failures));
   }
   return r;
 }
@@ -147,7 +137,7 @@ double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& co
     std::vector<Generated> answers = generate(*policy, prompts, greedy, none);
     for (size_t k = 0; k < answers.size(); ++k) {
       const Prompt& p = data[mine[begin + k]];
-      correct += safe_reward(reward, tokenizer.decode(answers[k].tokens), p.example.answer, failures) > 0;
+      correct += reward_or_zero(reward, tokenizer.decode(answers[k].tokens), p.example.answer, failures) > 0;
       count += 1;
     }
   }

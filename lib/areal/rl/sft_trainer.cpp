@@ -110,7 +110,9 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
       std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  tokens/s %.0f  peak_mem %s",
                     static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, result.grad_norm, lr,
                     tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
-      log::info(line);
+      // Every step goes to stats.jsonl; the log shows about 50 lines of a long run.
+      const int64_t every = std::max<int64_t>(1, total_steps / 50);
+      if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || result.skipped) log::info(line);
       if (me.rank == 0) {
         stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"grad_norm", result.grad_norm},
                                 {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},

@@ -1,0 +1,129 @@
+// The RL job end to end through the real binary under mpirun: the CI smoke config,
+// TensorBoard files read by TensorBoard itself, the same first step for N = 1 and
+// N = 2, and bad input.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "run_binary.h"
+#include "run_python.h"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+const std::string kBin = AREAL_TRAIN_BIN;
+const std::string kMpirun = AREAL_MPIRUN;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("areal_rl_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<json> read_jsonl(const fs::path& path) {
+  std::vector<json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) rows.push_back(json::parse(line));
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("rl job: configs/ci_smoke.yaml runs the whole pipeline under mpirun -np 2", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("smoke");
+  Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.seconds < 60);
+  CHECK_THAT(r.output, Contains("memory-efficient") && Contains("step 1/2") && Contains("step 2/2") &&
+                           Contains("eval (after training)"));
+  const fs::path run_dir = root / "ci-smoke" / "trial0";
+  // stats.jsonl: the evaluation before, two steps, the evaluation after.
+  std::vector<json> rows = read_jsonl(run_dir / "stats.jsonl");
+  REQUIRE(rows.size() == 4);
+  for (const char* key : {"reward_mean", "accuracy", "response_length_mean", "truncated_share", "loss", "clip_fraction",
+                          "kl", "entropy", "grad_norm", "lr", "rollout_seconds", "train_seconds",
+                          "gen_tokens_per_second", "peak_memory_bytes"})
+    CHECK(rows[1].contains(key));
+  CHECK(rows[1]["step"] == 1);
+  CHECK(rows[2]["step"] == 2);
+  CHECK(rows[1]["lr"].get<double>() == Approx(1e-4));
+  CHECK(rows[1]["response_length_mean"].get<double>() > 0);
+  // TensorBoard reads the event file as its own.
+  PythonResult tb = run_python("read_tensorboard.py " + (run_dir / "tensorboard").string());
+  REQUIRE(tb.exit_code == 0);
+  json scalars = json::parse(tb.output);
+  REQUIRE(scalars.contains("reward_mean"));
+  CHECK(scalars["reward_mean"].size() == 2);
+  CHECK(scalars["lr"][1][0] == 2);
+  CHECK(scalars["lr"][1][1].get<double>() == Approx(1e-4));
+  CHECK(scalars["entropy"][0][1].get<double>() == Approx(rows[1]["entropy"].get<double>()).epsilon(1e-5));
+  // A complete Hugging Face checkpoint: weights, config and the tokenizer.
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    CHECK(fs::exists(run_dir / "checkpoint" / file));
+}
+
+TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("n1n2");
+  // A short warm-up, so that some sampled answers are right and advantages are not all zero.
+  Result warm = run(kMpirun + " -np 2 " + kBin + " --config configs/demo_sft_warmup.yaml total_train_steps=400 "
+                    "cluster.fileroot=" + root.string());
+  REQUIRE(warm.exit_code == 0);
+  const std::string checkpoint = (root / "demo" / "sft-warmup" / "checkpoint").string();
+  auto first_step = [&](int n) {
+    Result r = run(kMpirun + " -np " + std::to_string(n) + " " + kBin + " --config configs/demo_grpo.yaml --model_path " +
+                   checkpoint + " total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path= cluster.fileroot=" +
+                   (root / ("n" + std::to_string(n))).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<json> rows = read_jsonl(root / ("n" + std::to_string(n)) / "demo" / "grpo" / "stats.jsonl");
+    REQUIRE(rows.size() == 1);
+    return rows[0];
+  };
+  json one = first_step(1), two = first_step(2);
+  INFO("N=1: " << one.dump() << "\nN=2: " << two.dump());
+  CHECK(one["reward_mean"].get<double>() > 0);  // a step with something to learn from
+  CHECK(one["reward_std"].get<double>() > 0);
+  // The same answers: each is sampled with its prompt's own seed, whichever rank generates it.
+  for (const char* exact : {"reward_mean", "accuracy", "response_length_mean", "response_length_max", "truncated_share"})
+    CHECK(one[exact].get<double>() == two[exact].get<double>());
+  // The same update up to floating-point reduction order.
+  for (const char* close : {"loss", "entropy", "grad_norm", "clip_fraction"})
+    CHECK(one[close].get<double>() == Approx(two[close].get<double>()).epsilon(1e-4).margin(1e-6));
+}
+
+TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("bad");
+  const fs::path data = root / "prompts.jsonl";
+  std::ofstream(data) << R"({"prompt": "1+1=", "answer": "2"})" "\n" << "{\"prompt\": \"2+2=\"\n";
+  const std::string base = kMpirun + " -np 2 " + kBin + " --job rl --init_from_scratch true --actor.dtype float32 " +
+                           "--cluster.fileroot " + root.string() + " ";
+  Result bad_line = run(base + "--train_dataset.path " + data.string() + " --train_dataset.batch_size 2");
+  CHECK(bad_line.exit_code != 0);
+  CHECK_THAT(bad_line.output, Contains(data.string() + ":2: not a JSON object"));
+  Result missing = run(base + "--train_dataset.path /no/such/prompts.jsonl --train_dataset.batch_size 2");
+  CHECK(missing.exit_code != 0);
+  CHECK_THAT(missing.output, Contains("/no/such/prompts.jsonl: cannot read the dataset"));
+  Result reward = run(base + "--train_dataset.path builtin:arithmetic/train --reward_fn f1");
+  CHECK(reward.exit_code == 2);
+  CHECK_THAT(reward.output, Contains("reward_fn") && Contains("exact_match"));
+  Result odd = run(base + "--train_dataset.path builtin:arithmetic/train --train_dataset.batch_size 3");
+  CHECK(odd.exit_code != 0);
+  CHECK_THAT(odd.output, Contains("'train_dataset.batch_size' = 3 must be a multiple of the world size (2)"));
+  const fs::path unsupported = root / "wordpiece";
+  fs::create_directories(unsupported);
+  std::ofstream(unsupported / "tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";
+  Result tok = run(base + "--train_dataset.path builtin:arithmetic/train --train_dataset.batch_size 2 --tokenizer_path " +
+                   unsupported.string());
+  CHECK(tok.exit_code != 0);
+  CHECK_THAT(tok.output, Contains("tokenizer model type 'WordPiece' is not supported"));
+}
