@@ -127,3 +127,20 @@ TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][bi
   CHECK(tok.exit_code != 0);
   CHECK_THAT(tok.output, Contains("tokenizer model type 'WordPiece' is not supported"));
 }
+
+TEST_CASE("rl job: non-finite losses are skipped with a warning, and three in a row stop the job", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("nan");
+  // Advantages of 1 everywhere (reward bias, no normalization) and a learning rate of
+  // 1e20: the first update blows the weights up, the next minibatches' losses are NaN.
+  Result r = run(kMpirun + " -np 2 " + kBin +
+                 " --job rl --init_from_scratch true --actor.dtype float32 --train_dataset.path builtin:arithmetic/train"
+                 " --train_dataset.batch_size 4 --gconfig.n_samples 2 --actor.group_size 2 --actor.ppo_n_minibatches 4"
+                 " --gconfig.max_new_tokens 4 --actor.reward_bias 1 --actor.adv_norm.mean_level none"
+                 " --actor.adv_norm.std_level none --actor.kl_ctl 0 --optimizer.lr 1e20 --optimizer.gradient_clipping 0"
+                 " --total_train_steps 5 --cluster.fileroot " + root.string());
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 60);
+  CHECK_THAT(r.output, Contains("step 1 minibatch 2: the loss is not finite; the update was skipped") &&
+                           Contains("3 updates in a row had a non-finite loss; stopping"));
+}
