@@ -3,6 +3,7 @@
 // N = 2, and bad input.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -79,17 +80,37 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
                     "cluster.fileroot=" + root.string());
   REQUIRE(warm.exit_code == 0);
   const std::string checkpoint = (root / "demo" / "sft-warmup" / "checkpoint").string();
-  auto first_step = [&](int n) {
+  auto first_step = [&](int n, const std::string& extra = "") {
+    const fs::path dir = root / ("n" + std::to_string(n) + (extra.empty() ? "" : "x"));
     Result r = run(kMpirun + " -np " + std::to_string(n) + " " + kBin + " --config configs/demo_grpo.yaml --model_path " +
                    checkpoint + " total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path= cluster.fileroot=" +
-                   (root / ("n" + std::to_string(n))).string());
+                   dir.string() + " " + extra);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    std::vector<json> rows = read_jsonl(root / ("n" + std::to_string(n)) / "demo" / "grpo" / "stats.jsonl");
+    std::vector<json> rows = read_jsonl(dir / "demo" / "grpo" / "stats.jsonl");
     REQUIRE(rows.size() == 1);
     return rows[0];
   };
   json one = first_step(1), two = first_step(2);
+  // The behaviour log-probs kept by the rollout are those the training engine computes:
+  // recomputing them (actor.recompute_logprob) gives the same step.
+  json recomputed = first_step(2, "actor.recompute_logprob=true");
+  for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
+    CHECK(recomputed[key].get<double>() == Approx(two[key].get<double>()).epsilon(1e-4).margin(1e-6));
+  // LoRA with a KL penalty: once the adapters have moved, the policy differs from the
+  // reference (the base with adapters off) and the KL becomes non-zero.
+  {
+    const fs::path dir = root / "lora";
+    Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/demo_grpo.yaml --model_path " + checkpoint +
+                   " total_train_steps=2 valid_dataset.path= stats_logger.tensorboard.path= actor.use_lora=true"
+                   " actor.lora_rank=8 actor.kl_ctl=0.1 optimizer.lr=1e-2 cluster.fileroot=" + dir.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<json> rows = read_jsonl(dir / "demo" / "grpo" / "stats.jsonl");
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0]["kl"].get<double>() == Approx(0.0).margin(1e-6));  // the adapters start at B = 0
+    CHECK(std::abs(rows[1]["kl"].get<double>()) > 1e-6);
+  }
   INFO("N=1: " << one.dump() << "\nN=2: " << two.dump());
   CHECK(one["reward_mean"].get<double>() > 0);  // a step with something to learn from
   CHECK(one["reward_std"].get<double>() > 0);
@@ -99,6 +120,21 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   // The same update up to floating-point reduction order.
   for (const char* close : {"loss", "entropy", "grad_norm", "clip_fraction"})
     CHECK(one[close].get<double>() == Approx(two[close].get<double>()).epsilon(1e-4).margin(1e-6));
+}
+
+TEST_CASE("rl job: with LoRA the KL reference is the base model, and the adapters are saved", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("lora");
+  Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --actor.use_lora true --actor.lora_rank 4"
+                 " --actor.kl_ctl 0.1 --saver.merge_lora true --cluster.fileroot " + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<json> rows = read_jsonl(root / "ci-smoke" / "trial0" / "stats.jsonl");
+  REQUIRE(rows.size() == 4);
+  // Before any update the adapters are zero (B = 0): policy = reference, KL exactly 0.
+  CHECK(rows[1]["kl"].get<double>() == Approx(0.0).margin(1e-6));
+  for (const char* file : {"checkpoint/adapter_model.safetensors", "checkpoint/adapter_config.json",
+                           "checkpoint-merged/model.safetensors"})
+    CHECK(fs::exists(root / "ci-smoke" / "trial0" / file));
 }
 
 TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][binary][mpi]") {
