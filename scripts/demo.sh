@@ -33,5 +33,6 @@ import json, sys
 evals = [json.loads(l)["eval_accuracy"] for l in open(sys.argv[1]) if "eval_accuracy" in l]
 rise = 100 * (evals[-1] - evals[0])
 print(f"demo: held-out greedy accuracy {100 * evals[0]:.1f}% -> {100 * evals[-1]:.1f}% ({rise:+.1f} points; target: +25)")
+print("demo: OK, the accuracy rose by at least 25 points" if rise >= 25 else "demo: FAILED, the rise is under 25 points")
 sys.exit(0 if rise >= 25 else 1)
 PY

@@ -65,6 +65,9 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   const at::Device device(me.device);
   FsdpEngine engine(model, comm, dtype_from_name(cfg.actor.dtype), dtype_from_name(cfg.actor.grad_reduce_dtype));
   ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
+  // Host memory of the training phase alone: its growth over the RSS at its start.
+  const int64_t rss_at_start = current_rss_bytes();
+  reset_peak_rss();
 
   std::ofstream stats;
   if (me.rank == 0) {
@@ -124,6 +127,20 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
     }
   }
   summary.steps = step;
+  {  // every rank's peak growth and peak, for benchmarks: <run dir>/train_memory.json
+    at::Tensor memory = at::zeros({2, me.world_size}, at::kDouble);
+    memory[0][me.rank] = static_cast<double>(peak_rss_bytes() - rss_at_start);
+    memory[1][me.rank] = static_cast<double>(peak_rss_bytes());
+    comm.all_reduce(memory, ReduceOp::Sum);
+    if (me.rank == 0) {
+      nlohmann::json figures = {{"peak_growth_bytes", std::vector<double>()}, {"peak_rss_bytes", std::vector<double>()}};
+      for (int r = 0; r < me.world_size; ++r) {
+        figures["peak_growth_bytes"].push_back(memory[0][r].item<double>());
+        figures["peak_rss_bytes"].push_back(memory[1][r].item<double>());
+      }
+      write_run_file(cfg, "train_memory.json", figures.dump(1) + "\n");
+    }
+  }
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   save_sharded_checkpoint(model, comm, summary.checkpoint, at::kFloat);
   if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, summary.checkpoint);

@@ -1,0 +1,63 @@
+"""FSDP2 training steps on CPU (gloo) or GPU (NCCL), the reference for areal-train's
+training throughput: the same checkpoint, data, batch and optimizer as
+`areal-train --job sft`, with FSDP2 as AReaL drives it (fully_shard per decoder layer
+and the root, reshard_after_forward) plus activation checkpointing (areal-train
+recomputes each unit in backward).
+
+    mpirun -np N python fsdp2_train.py MODEL_DIR DATA.jsonl BATCH STEPS LR OUT.json
+
+DATA.jsonl rows {"text": ...} are tokenized as areal-train's byte tokenizer does
+(BOS 256, the UTF-8 bytes, EOS 257) and read in file order; each global batch of BATCH
+rows is dealt out to the ranks (rank r takes rows r, r + N, ...). All rows must have
+the same length (no padding). The loss is the mean next-token cross-entropy; AdamW
+(betas 0.9/0.999, eps 1e-8, no weight decay), global gradient clipping at 1.0.
+"""
+import json
+import sys
+import time
+
+import torch
+import transformers
+
+import fsdp2_common as common
+
+
+def main(model_dir, data_path, batch, steps, lr, out):
+    batch, steps, lr = int(batch), int(steps), float(lr)
+    rank, world, device = common.setup()
+    rows = [[256] + list(json.loads(line)["text"].encode()) + [257] for line in open(data_path) if line.strip()]
+    assert len({len(r) for r in rows}) == 1, "all rows must have the same length"
+    assert batch % world == 0 and len(rows) >= batch * steps
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    common.shard_like_areal(model, common.mesh(device), reshard_after_forward=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    records = []
+    with common.Measure() as m:
+        for step in range(steps):
+            start = time.perf_counter()
+            mine = rows[step * batch + rank:(step + 1) * batch:world]
+            ids = torch.tensor(mine, dtype=torch.long, device=device)
+            loss = model(input_ids=ids, labels=ids).loss
+            optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            global_loss = loss.detach().clone()
+            torch.distributed.all_reduce(global_loss)  # equal token counts: the mean of the means
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            records.append({"step": step + 1, "loss": float(global_loss) / world, "seconds": seconds,
+                            "tokens_per_rank": ids.numel(),
+                            "grad_norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)})
+    ranks = common.gather_to_rank0({"rank": rank, "peak_growth_bytes": m.peak_growth, "gpu_peak_bytes": m.gpu_peak,
+                                    "peak_rss_bytes": common.peak_rss_bytes()})
+    if rank == 0:
+        common.write_json(out, {"world_size": world, "steps": records, "ranks": ranks})
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:7])

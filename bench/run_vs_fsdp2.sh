@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# areal-train side by side with PyTorch FSDP2 (bench/reference/, the same torch wheel),
+# in one run on one machine, same checkpoints and data:
+#   init      N in NP_INIT: areal-train memory-efficient and plain (--job init) vs FSDP2
+#             AReaL-style (rank 0 loads, broadcast_from_rank0) and plain; per-rank wall
+#             time and peak host-memory growth; the raw read time of the checkpoint
+#   training  N in NP_TRAIN: areal-train --job sft vs FSDP2 (+ activation checkpointing),
+#             same batch, data, AdamW, clipping: tokens/s per rank after warm-up, peak
+#             memory growth per rank, and the first steps' losses (must agree)
+# Writes bench/results/vs_fsdp2.json, vs_fsdp2.md and vs_fsdp2.png.
+#   bench/run_vs_fsdp2.sh                              # the full benchmark (~0.5 B init, 74 M training)
+#   SMOKE=1 bench/run_vs_fsdp2.sh                      # tiny models, N=2 only: the CI smoke run
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+bash "$AREAL_ROOT/scripts/build.sh" >/dev/null
+cd "$AREAL_ROOT"
+models="${AREAL_BENCH_MODELS:-$HOME/.cache/areal-train/bench}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+results="${RESULTS_DIR:-$AREAL_ROOT/bench/results}"
+mkdir -p "$models" "$results"
+PY="$AREAL_PYTHON_BIN"
+export AREAL_BENCH_DEVICE="${AREAL_BENCH_DEVICE:-auto}"
+
+if [ -n "${SMOKE:-}" ]; then
+  init_model=tests/fixtures/models/tiny_chat; train_model=tests/fixtures/models/tiny_chat
+  NP_INIT="${NP_INIT:-2}"; NP_TRAIN="${NP_TRAIN:-2}"; STEPS="${STEPS:-3}"; WARMUP="${WARMUP:-1}"
+  BATCH="${BATCH:-4}"; SEQ="${SEQ:-32}"; label="smoke"
+else
+  init_model="$models/qwen2_0p5b_float32"; train_model="$models/qwen2_74m_float32"
+  "$PY" bench/make_bench_model.py "$init_model" float32 0.5b
+  "$PY" bench/make_bench_model.py "$train_model" float32 74m
+  NP_INIT="${NP_INIT:-1 2 4}"; NP_TRAIN="${NP_TRAIN:-1 2}"; STEPS="${STEPS:-5}"; WARMUP="${WARMUP:-1}"
+  BATCH="${BATCH:-4}"; SEQ="${SEQ:-128}"; label="full"
+fi
+LR=1e-4
+
+# Training rows of exactly SEQ byte tokens (BOS + SEQ-2 bytes + EOS), seeded.
+"$PY" - "$work/train.jsonl" "$((BATCH * STEPS))" "$SEQ" <<'PY'
+import json, random, sys
+random.seed(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(int(sys.argv[2])):
+        f.write(json.dumps({"text": "".join(random.choice("abcdefghij 0123456789+=.") for _ in range(int(sys.argv[3]) - 2))}) + "\n")
+PY
+
+port=29600
+for np in $NP_INIT; do
+  for efficient in true false; do
+    echo "== init, areal-train, -np $np, memory_efficient_load=$efficient"
+    "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job init --model_path "$init_model" \
+      --fsdp.memory_efficient_load "$efficient" --cluster.fileroot "$work/runs" \
+      --experiment_name init --trial_name "areal_np${np}_${efficient}" 2>&1 | grep -E "whole init|error" || true
+  done
+  for mode in areal plain; do
+    echo "== init, FSDP2 ($mode), -np $np"
+    port=$((port + 1))
+    AREAL_BENCH_PORT=$port "${AREAL_MPIRUN[@]}" -np "$np" -x AREAL_BENCH_PORT -x AREAL_BENCH_DEVICE "$PY" \
+      bench/reference/fsdp2_init.py "$init_model" "$mode" "$work/fsdp2_init_${mode}_np${np}.json" 2>&1 \
+      | grep -E "Error|error" || true
+  done
+done
+for np in $NP_TRAIN; do
+  echo "== training, areal-train --job sft, -np $np"
+  "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job sft --model_path "$train_model" --actor.dtype float32 \
+    --train_dataset.path "$work/train.jsonl" --train_dataset.shuffle false --train_dataset.batch_size "$BATCH" \
+    --total_train_steps "$STEPS" --optimizer.lr "$LR" --optimizer.warmup_steps_proportion 0 \
+    --optimizer.lr_scheduler_type constant --cluster.fileroot "$work/runs" --experiment_name train \
+    --trial_name "areal_np${np}" 2>&1 | grep -E "sft:|error" || true
+  echo "== training, FSDP2, -np $np"
+  port=$((port + 1))
+  AREAL_BENCH_PORT=$port "${AREAL_MPIRUN[@]}" -np "$np" -x AREAL_BENCH_PORT -x AREAL_BENCH_DEVICE "$PY" \
+    bench/reference/fsdp2_train.py "$train_model" "$work/train.jsonl" "$BATCH" "$STEPS" "$LR" \
+    "$work/fsdp2_train_np${np}.json" 2>&1 | grep -E "Error|error" || true
+done
+"$PY" bench/summarize_vs_fsdp2.py "$work" "$init_model" "$train_model" "$results" "$label" "$WARMUP"

@@ -1,0 +1,175 @@
+"""Collects one run of bench/run_vs_fsdp2.sh into vs_fsdp2.json, a markdown table
+(vs_fsdp2.md) and a plot (vs_fsdp2.png), with the ratios areal-train / FSDP2 and the
+issue's targets. Exits non-zero when the two sides' first-step losses disagree.
+
+    summarize_vs_fsdp2.py WORK_DIR INIT_MODEL TRAIN_MODEL RESULTS_DIR LABEL WARMUP_STEPS
+"""
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import sys
+import time
+
+import torch
+
+MIB = 1 << 20
+
+
+def raw_read_seconds(path):
+    """Seconds to read the file's bytes once (from the page cache, as the runs did)."""
+    view = memoryview(bytearray(64 * MIB))
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(view):
+                pass
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def init_rows(work):
+    rows = []
+    for path in sorted(glob.glob(f"{work}/runs/init/areal_np*/init_stages.json")):
+        np_, efficient = re.match(r".*areal_np(\d+)_(true|false)", path).groups()
+        report = json.load(open(path))
+        rows.append({"side": "areal-train", "mode": "memory-efficient" if efficient == "true" else "plain",
+                     "world_size": int(np_),
+                     "seconds": [r["seconds"] for r in report["ranks"]],
+                     "peak_growth_bytes": [r["peak_growth_bytes"] for r in report["ranks"]]})
+    for path in sorted(glob.glob(f"{work}/fsdp2_init_*_np*.json")):
+        report = json.load(open(path))
+        rows.append({"side": "FSDP2", "mode": "memory-efficient" if report["mode"] == "areal" else "plain",
+                     "world_size": report["world_size"],
+                     "seconds": [r["seconds"] for r in report["ranks"]],
+                     "peak_growth_bytes": [r["peak_growth_bytes"] for r in report["ranks"]]})
+    return rows
+
+
+def train_rows(work, warmup):
+    rows = []
+    for path in sorted(glob.glob(f"{work}/runs/train/areal_np*/stats.jsonl")):
+        np_ = int(re.match(r".*areal_np(\d+)", path).group(1))
+        steps = [json.loads(l) for l in open(path) if l.strip()]
+        memory = json.load(open(os.path.join(os.path.dirname(path), "train_memory.json")))
+        timed = steps[warmup:]
+        rows.append({"side": "areal-train", "world_size": np_, "losses": [s["loss"] for s in steps],
+                     "tokens_per_second_per_rank": sum(s["tokens"] / np_ for s in timed) / sum(s["seconds"] for s in timed),
+                     "peak_growth_bytes": memory["peak_growth_bytes"]})
+    for path in sorted(glob.glob(f"{work}/fsdp2_train_np*.json")):
+        report = json.load(open(path))
+        timed = report["steps"][warmup:]
+        rows.append({"side": "FSDP2", "world_size": report["world_size"], "losses": [s["loss"] for s in report["steps"]],
+                     "tokens_per_second_per_rank": sum(s["tokens_per_rank"] for s in timed) / sum(s["seconds"] for s in timed),
+                     "peak_growth_bytes": [r["peak_growth_bytes"] for r in report["ranks"]]})
+    return rows
+
+
+def find(rows, **key):
+    return next((r for r in rows if all(r[k] == v for k, v in key.items())), None)
+
+
+def main(work, init_model, train_model, results, label, warmup):
+    warmup = int(warmup)
+    init, train = init_rows(work), train_rows(work, warmup)
+    raw = raw_read_seconds(os.path.join(init_model, "model.safetensors"))
+    comparisons, failures = [], []
+    for n in sorted({r["world_size"] for r in init}):
+        for mode in ("memory-efficient", "plain"):
+            a, f = find(init, side="areal-train", mode=mode, world_size=n), find(init, side="FSDP2", mode=mode, world_size=n)
+            if a and f:
+                comparisons.append({
+                    "what": f"init, {mode}", "world_size": n,
+                    "areal_peak_growth_worst_rank": max(a["peak_growth_bytes"]),
+                    "fsdp2_peak_growth_worst_rank": max(f["peak_growth_bytes"]),
+                    "peak_memory_ratio": max(a["peak_growth_bytes"]) / max(f["peak_growth_bytes"]),
+                    "areal_seconds": max(a["seconds"]), "fsdp2_seconds": max(f["seconds"]),
+                    "time_ratio": max(a["seconds"]) / max(f["seconds"]), "raw_read_seconds": raw,
+                    "targets": {"peak_memory_ratio": 0.5, "time_ratio": 1.0} if mode == "memory-efficient" else {}})
+    for n in sorted({r["world_size"] for r in train}):
+        a, f = find(train, side="areal-train", world_size=n), find(train, side="FSDP2", world_size=n)
+        if a and f:
+            loss_diff = abs(a["losses"][0] - f["losses"][0])
+            if loss_diff > 1e-3 * abs(f["losses"][0]):
+                failures.append(f"N={n}: first-step losses differ: areal-train {a['losses'][0]} vs FSDP2 {f['losses'][0]}")
+            comparisons.append({
+                "what": "training", "world_size": n,
+                "areal_tokens_per_second_per_rank": a["tokens_per_second_per_rank"],
+                "fsdp2_tokens_per_second_per_rank": f["tokens_per_second_per_rank"],
+                "throughput_ratio": a["tokens_per_second_per_rank"] / f["tokens_per_second_per_rank"],
+                "areal_peak_growth_worst_rank": max(a["peak_growth_bytes"]),
+                "fsdp2_peak_growth_worst_rank": max(f["peak_growth_bytes"]),
+                "peak_memory_ratio": max(a["peak_growth_bytes"]) / max(f["peak_growth_bytes"]),
+                "areal_losses": a["losses"], "fsdp2_losses": f["losses"], "first_loss_abs_diff": loss_diff,
+                "targets": {"throughput_ratio": 1.1, "peak_memory_ratio": 1.0}})
+    for c in comparisons:
+        met = {}
+        for key, bound in c["targets"].items():
+            met[key] = c[key] >= bound if key == "throughput_ratio" else c[key] <= bound
+        c["targets_met"] = met
+    meta = {"date": datetime.date.today().isoformat(), "label": label, "machine": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "torch": torch.__version__, "init_model": init_model, "train_model": train_model,
+            "device": "cuda" if torch.cuda.is_available() else "cpu", "warmup_steps": warmup}
+    suffix = "" if label == "full" else f"_{label}"
+    with open(os.path.join(results, f"vs_fsdp2{suffix}.json"), "w") as out:
+        json.dump({"meta": meta, "comparisons": comparisons, "init_runs": init, "train_runs": train}, out, indent=1)
+    lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, "
+             f"{meta['device']}; ratios are areal-train / FSDP2 (targets in brackets).", "",
+             "| what | N | peak mem growth, worst rank (areal / FSDP2) | ratio | time or tokens/s per rank (areal / FSDP2) | ratio |",
+             "|---|---|---|---|---|---|"]
+    for c in comparisons:
+        mem = f"{c['areal_peak_growth_worst_rank'] / MIB:.0f} / {c['fsdp2_peak_growth_worst_rank'] / MIB:.0f} MiB"
+        if c["what"] == "training":
+            speed = f"{c['areal_tokens_per_second_per_rank']:.0f} / {c['fsdp2_tokens_per_second_per_rank']:.0f} tok/s"
+            lines.append(f"| {c['what']} | {c['world_size']} | {mem} | {c['peak_memory_ratio']:.2f} [<= 1.0] | {speed} | "
+                         f"{c['throughput_ratio']:.2f} [>= 1.1] |")
+        else:
+            bracket = " [<= 0.5]" if c["targets"] else ""
+            tbracket = " [<= 1.0]" if c["targets"] else ""
+            lines.append(f"| {c['what']} | {c['world_size']} | {mem} | {c['peak_memory_ratio']:.2f}{bracket} | "
+                         f"{c['areal_seconds']:.2f} / {c['fsdp2_seconds']:.2f} s (raw read {raw:.2f} s) | "
+                         f"{c['time_ratio']:.2f}{tbracket} |")
+    with open(os.path.join(results, f"vs_fsdp2{suffix}.md"), "w") as out:
+        out.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        plot(comparisons, os.path.join(results, f"vs_fsdp2{suffix}.png"), meta)
+    except ImportError:
+        pass
+    for f in failures:
+        print("MISMATCH:", f)
+    sys.exit(1 if failures else 0)
+
+
+def plot(comparisons, path, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    eff = [c for c in comparisons if c["what"] == "init, memory-efficient"]
+    train = [c for c in comparisons if c["what"] == "training"]
+    width = 0.38
+    for ax, rows, key_a, key_f, scale, title, unit in (
+            (axes[0], eff, "areal_peak_growth_worst_rank", "fsdp2_peak_growth_worst_rank", MIB,
+             "init peak memory growth, worst rank", "MiB"),
+            (axes[1], eff, "areal_seconds", "fsdp2_seconds", 1, "init wall time", "s"),
+            (axes[2], train, "areal_tokens_per_second_per_rank", "fsdp2_tokens_per_second_per_rank", 1,
+             "training tokens/s per rank", "tokens/s")):
+        xs = list(range(len(rows)))
+        ax.bar([x - width / 2 for x in xs], [r[key_a] / scale for r in rows], width, label="areal-train")
+        ax.bar([x + width / 2 for x in xs], [r[key_f] / scale for r in rows], width, label="FSDP2")
+        ax.set_xticks(xs, [f"N={r['world_size']}" for r in rows])
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"areal-train vs PyTorch FSDP2 ({meta['device']}, {meta['cores']} cores, torch {meta['torch']}, "
+                 f"{meta['date']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:7])
