@@ -31,6 +31,7 @@ def main(model_dir, data_path, batch, steps, lr, out):
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+    model.train()  # transformers checkpoints activations only in training mode
     common.shard_like_areal(model, common.mesh(device), reshard_after_forward=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     records = []

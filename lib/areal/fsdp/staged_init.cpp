@@ -48,15 +48,12 @@ struct StageMeter {
 };
 
 // An order-independent, exact fingerprint of float32 values: their bit patterns summed
-// as integers (wrap-free for any model size), so shards summed across ranks equal the
-// whole unit's fingerprint exactly. In pieces, so the int64 copy stays small.
+// as 32-bit integers, wrapping (arithmetic mod 2^32 is exact in any order), so the
+// fingerprints of a unit's shards add up to the unit's mod 2^32. One vectorized pass:
+// an int32 sum runs at memory speed, where widening to int64 first cost ~17x more.
 int64_t fingerprint(const at::Tensor& float32_values) {
-  constexpr int64_t kPiece = int64_t{1} << 22;
-  at::Tensor bits = float32_values.contiguous().view(at::kInt).view(-1);
-  int64_t sum = 0;
-  for (int64_t offset = 0; offset < bits.numel(); offset += kPiece)
-    sum += bits.narrow(0, offset, std::min(kPiece, bits.numel() - offset)).to(at::kLong).sum().item<int64_t>();
-  return sum;
+  const int32_t sum = float32_values.contiguous().view(at::kInt).sum(at::kInt).item<int32_t>();
+  return static_cast<int64_t>(static_cast<uint32_t>(sum));
 }
 
 std::string config_path_of(const std::string& model_path) {
@@ -75,9 +72,12 @@ void init_from_seed(ShardedModel& model, int64_t seed, std::vector<int64_t>& exp
   }
 }
 
-// One unit's flat buffer filled from the checkpoint, tensor by tensor.
-at::Tensor read_unit(const io::CheckpointReader& checkpoint, const UnitLayout& unit, Progress& progress) {
-  at::Tensor flat = at::empty({unit.padded_numel}, at::kFloat);
+// One unit's flat buffer filled from the checkpoint, tensor by tensor, in the front of
+// `buffer` (one buffer for all units: its pages are faulted in once, not per unit).
+at::Tensor read_unit(const io::CheckpointReader& checkpoint, const UnitLayout& unit, at::Tensor& buffer,
+                     Progress& progress) {
+  if (!buffer.defined() || buffer.numel() < unit.padded_numel) buffer = at::empty({unit.padded_numel}, at::kFloat);
+  at::Tensor flat = buffer.narrow(0, 0, unit.padded_numel);
   flat.narrow(0, unit.numel, unit.padded_numel - unit.numel).zero_();  // the padding; the rest is read
   for (const auto& slot : unit.params) {
     at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
@@ -147,11 +147,18 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
     load_stage.end(t);
     Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
                       me.rank == 0);
+    // Sized for the largest unit up front; the scatter has consumed a unit before the next is read.
+    at::Tensor buffer;
+    if (me.rank == 0) {
+      int64_t largest = 0;
+      for (const auto& unit : model.units()) largest = std::max(largest, unit.padded_numel);
+      buffer = at::empty({largest}, at::kFloat);
+    }
     for (size_t u = 0; u < model.units().size(); ++u) {
       at::Tensor flat;
       if (me.rank == 0) {
         t = load_stage.begin(load_base);
-        flat = read_unit(*checkpoint, model.units()[u], progress);
+        flat = read_unit(*checkpoint, model.units()[u], buffer, progress);
         expected[u] = fingerprint(flat);
         flat = flat.to(model.shard(u).device());
         load_stage.end(t);
@@ -190,7 +197,7 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   at::Tensor got = at::tensor(local, at::kLong);
   comm.all_reduce(got, ReduceOp::Sum);
   for (size_t u = 0; u < model.units().size(); ++u)
-    if (got[u].item<int64_t>() != want[u].item<int64_t>())
+    if (static_cast<uint32_t>(got[u].item<int64_t>()) != static_cast<uint32_t>(want[u].item<int64_t>()))
       throw std::runtime_error(cat("verify: the shards of unit '", model.units()[u].name,
                                    "' do not add up to the unit that was loaded"));
   verify_stage.end(t);
