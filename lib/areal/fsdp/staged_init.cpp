@@ -72,20 +72,27 @@ void init_from_seed(ShardedModel& model, int64_t seed, std::vector<int64_t>& exp
   }
 }
 
-// One unit's flat buffer filled from the checkpoint, tensor by tensor, in the front of
-// `buffer` (one buffer for all units: its pages are faulted in once, not per unit).
-at::Tensor read_unit(const io::CheckpointReader& checkpoint, const UnitLayout& unit, at::Tensor& buffer,
+// Elements [begin, begin + out.numel()) of a unit's flat buffer, read straight from the
+// checkpoint: the pieces of the parameters that overlap the range, zeros for padding.
+void read_unit_range(const io::CheckpointReader& checkpoint, const UnitLayout& unit, int64_t begin, at::Tensor out,
                      Progress& progress) {
-  if (!buffer.defined() || buffer.numel() < unit.padded_numel) buffer = at::empty({unit.padded_numel}, at::kFloat);
-  at::Tensor flat = buffer.narrow(0, 0, unit.padded_numel);
-  flat.narrow(0, unit.numel, unit.padded_numel - unit.numel).zero_();  // the padding; the rest is read
+  const int64_t end = begin + out.numel();
+  if (end > unit.numel) out.narrow(0, std::max<int64_t>(0, unit.numel - begin), end - std::max(begin, unit.numel)).zero_();
   for (const auto& slot : unit.params) {
-    at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
-    checkpoint.read_into(slot.name, view);
-    const io::TensorEntry& entry = checkpoint.entry(slot.name);
-    progress.advance(static_cast<int64_t>(entry.end - entry.begin));
+    const int64_t from = std::max(begin, slot.offset), to = std::min(end, slot.offset + slot.numel);
+    if (from >= to) continue;
+    at::Tensor piece = out.narrow(0, from - begin, to - from);
+    checkpoint.read_range_into(slot.name, from - slot.offset, piece);
+    progress.advance(static_cast<int64_t>(io::dtype_size(checkpoint.entry(slot.name).dtype)) * (to - from));
   }
-  return flat;
+}
+
+// Elements of each rank's shard sent per scatter: at most kScatterChunk elements in all
+// (64 MiB of float32 on rank 0, whatever the unit's size), and at least four pieces
+// per shard, so that every model, even a tiny test one, goes through the chunking.
+constexpr int64_t kScatterChunk = int64_t{1} << 24;
+int64_t scatter_chunk(const UnitLayout& unit, int world_size) {
+  return std::max<int64_t>(1, std::min((unit.shard_numel + 3) / 4, kScatterChunk / world_size));
 }
 
 }  // namespace
@@ -147,25 +154,33 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
     load_stage.end(t);
     Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
                       me.rank == 0);
-    // Sized for the largest unit up front; the scatter has consumed a unit before the next is read.
+    // Rank 0 never assembles a whole unit: piece c of every rank's shard is read from
+    // the file into one send buffer (block r for rank r) and scattered, so rank 0 holds
+    // its shards plus one buffer of at most kScatterChunk elements.
     at::Tensor buffer;
-    if (me.rank == 0) {
-      int64_t largest = 0;
-      for (const auto& unit : model.units()) largest = std::max(largest, unit.padded_numel);
-      buffer = at::empty({largest}, at::kFloat);
-    }
+    if (me.rank == 0) buffer = at::empty({kScatterChunk}, at::kFloat);
     for (size_t u = 0; u < model.units().size(); ++u) {
-      at::Tensor flat;
-      if (me.rank == 0) {
-        t = load_stage.begin(load_base);
-        flat = read_unit(*checkpoint, model.units()[u], buffer, progress);
-        expected[u] = fingerprint(flat);
-        flat = flat.to(model.shard(u).device());
-        load_stage.end(t);
+      const UnitLayout& unit = model.units()[u];
+      const int64_t chunk = scatter_chunk(unit, me.world_size);
+      uint32_t unit_fingerprint = 0;
+      for (int64_t first = 0; first < unit.shard_numel; first += chunk) {
+        const int64_t length = std::min(chunk, unit.shard_numel - first);
+        at::Tensor send;
+        if (me.rank == 0) {
+          t = load_stage.begin(load_base);
+          send = buffer.narrow(0, 0, length * me.world_size);
+          for (int r = 0; r < me.world_size; ++r)
+            read_unit_range(*checkpoint, unit, unit.shard_begin(r) + first, send.narrow(0, r * length, length), progress);
+          unit_fingerprint += static_cast<uint32_t>(fingerprint(send));  // mod 2^32, like the shards' sum
+          send = send.to(model.shard(u).device());
+          load_stage.end(t);
+        }
+        t = send_stage.begin(load_base);
+        at::Tensor piece = model.shard(u).narrow(0, first, length);
+        comm.scatter(send, piece, 0);  // each rank receives only its piece of its shard
+        send_stage.end(t);
       }
-      t = send_stage.begin(load_base);
-      comm.scatter(flat, model.shard(u), 0);  // each rank receives only its shard
-      send_stage.end(t);
+      expected[u] = unit_fingerprint;
     }
     progress.finish();
     result.source = cat("checkpoint ", cfg.model_path, " (memory-efficient: streamed by rank 0)");

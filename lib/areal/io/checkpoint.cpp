@@ -146,6 +146,9 @@ at::Tensor CheckpointReader::read(const std::string& name) const { return reader
 void CheckpointReader::read_into(const std::string& name, at::Tensor& out) const {
   reader_of(name).read_into(name, out);
 }
+void CheckpointReader::read_range_into(const std::string& name, int64_t first, at::Tensor& out) const {
+  reader_of(name).read_range_into(name, first, out);
+}
 
 void write_checkpoint(const std::string& dir, const std::string& config_json, const std::vector<TensorSpec>& specs,
                       const std::function<at::Tensor(const TensorSpec&)>& tensor_for, uint64_t max_shard_bytes) {

@@ -30,6 +30,7 @@ class CheckpointReader {
 
   at::Tensor read(const std::string& name) const;
   void read_into(const std::string& name, at::Tensor& out) const;
+  void read_range_into(const std::string& name, int64_t first, at::Tensor& out) const;  // see SafetensorsReader
 
  private:
   const SafetensorsReader& reader_of(const std::string& name) const;

@@ -128,6 +128,23 @@ void SafetensorsReader::read_into(const std::string& name, at::Tensor& out) cons
   }
 }
 
+void SafetensorsReader::read_range_into(const std::string& name, int64_t first, at::Tensor& out) const {
+  const TensorEntry& t = entry(name);
+  const int64_t count = out.numel();
+  if (!out.is_cpu() || !out.is_contiguous() || first < 0 || first + count > t.numel())
+    throw CheckpointError(cat(path_, ": elements [", first, ", ", first + count, ") of tensor '", name, "' ",
+                              shape_text(t.shape), " cannot be read into this buffer"));
+  const uint64_t element = dtype_size(t.dtype);
+  const uint64_t begin = t.begin + static_cast<uint64_t>(first) * element, bytes = static_cast<uint64_t>(count) * element;
+  if (out.scalar_type() == to_scalar_type(t.dtype)) {
+    read_exact(fd_, static_cast<char*>(out.data_ptr()), bytes, begin, path_);
+  } else {
+    at::Tensor raw = at::empty({count}, at::TensorOptions().dtype(to_scalar_type(t.dtype)));
+    read_exact(fd_, static_cast<char*>(raw.data_ptr()), bytes, begin, path_);
+    out.copy_(raw.view(out.sizes()));
+  }
+}
+
 // ---- writer ------------------------------------------------------------------------
 
 uint64_t TensorSpec::bytes() const {

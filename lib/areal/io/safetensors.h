@@ -40,6 +40,9 @@ class SafetensorsReader {
   // Reads into `out` (any dtype, CPU, contiguous, same number of elements),
   // converting from the stored dtype.
   void read_into(const std::string& name, at::Tensor& out) const;
+  // Elements [first, first + out.numel()) of the flattened tensor into `out` (CPU,
+  // contiguous), converted to out's dtype: a slice without reading the rest.
+  void read_range_into(const std::string& name, int64_t first, at::Tensor& out) const;
 
  private:
   const TensorEntry& entry(const std::string& name) const;
