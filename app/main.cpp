@@ -14,6 +14,7 @@
 #include "areal/rl/sft_trainer.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
+#include "areal/util/memory.h"
 
 namespace {
 
@@ -67,6 +68,7 @@ int run_job(const areal::Config& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  areal::keep_freed_host_memory();
   const areal::log::LauncherRank launcher = areal::log::launcher_rank();
   const bool is_rank0 = launcher.rank == 0;
   areal::log::configure(launcher.rank, launcher.world_size, "info", false);

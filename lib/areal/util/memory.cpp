@@ -1,5 +1,7 @@
 #include "areal/util/memory.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -27,6 +29,11 @@ bool reset_peak_rss() {
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";
   return static_cast<bool>(clear.flush());
+}
+
+void keep_freed_host_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest allowed value on 64-bit
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 std::string format_bytes(int64_t bytes) {
