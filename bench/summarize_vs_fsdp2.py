@@ -11,24 +11,12 @@ import os
 import platform
 import re
 import sys
-import time
 
 import torch
 
+from summarize_init import raw_read_seconds  # the same floor as the init benchmark
+
 MIB = 1 << 20
-
-
-def raw_read_seconds(path):
-    """Seconds to read the file's bytes once (from the page cache, as the runs did)."""
-    view = memoryview(bytearray(64 * MIB))
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        with open(path, "rb", buffering=0) as f:
-            while f.readinto(view):
-                pass
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def init_rows(work):

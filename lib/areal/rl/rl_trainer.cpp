@@ -79,11 +79,10 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
 
 // Rows [begin, end) of the rollout, cut to their longest real length.
 struct Minibatch {
-  at::Tensor ids, attention, targets, loss_mask, old_logp, advantages, ref_logp;
+  at::Tensor ids, attention, targets, loss_mask, old_logp, advantages;
 };
 
-Minibatch slice(const Rollout& r, const at::Tensor& advantages, const at::Tensor& ref_logp, int64_t begin, int64_t end,
-                const at::Device& device) {
+Minibatch slice(const Rollout& r, const at::Tensor& advantages, int64_t begin, int64_t end, const at::Device& device) {
   int64_t length = 2;
   for (int64_t i = begin; i < end; ++i) length = std::max(length, r.lengths[i]);
   auto rows = [&](const at::Tensor& t, int64_t cols) { return t.narrow(0, begin, end - begin).narrow(1, 0, cols).to(device); };
@@ -94,7 +93,6 @@ Minibatch slice(const Rollout& r, const at::Tensor& advantages, const at::Tensor
   mb.loss_mask = rows(r.loss_mask, length - 1);
   mb.old_logp = rows(r.old_logp, length - 1);
   if (advantages.defined()) mb.advantages = rows(advantages, length - 1);
-  if (ref_logp.defined()) mb.ref_logp = rows(ref_logp, length - 1);
   return mb;
 }
 
@@ -106,7 +104,7 @@ at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks,
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
     const int64_t begin = rows * c / n_chunks, end = rows * (c + 1) / n_chunks;
-    Minibatch mb = slice(r, {}, {}, begin, end, device);
+    Minibatch mb = slice(r, {}, begin, end, device);
     at::Tensor logits = engine.forward(mb.ids, mb.attention);
     at::Tensor logp = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, temperature).logprobs;
     out.narrow(0, begin, end - begin).narrow(1, 0, logp.size(1)).copy_(logp.cpu());
@@ -301,7 +299,7 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
       int64_t updates = 0;
       for (int64_t m = 0; m < n_minibatches; ++m) {
         const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
-        Minibatch mb = slice(r, advantages, {}, begin, end, device);
+        Minibatch mb = slice(r, advantages, begin, end, device);
         const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
         at::Tensor logits = engine.forward(mb.ids, mb.attention);
         TokenLogprobs tl = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, actor.temperature);
