@@ -89,4 +89,18 @@ void save_lora_adapters(const ShardedModel& model, Communicator& comm, const Act
   comm.barrier();
 }
 
+void save_trained_model(const Config& cfg, const ShardedModel& model, Communicator& comm, const std::string& dir) {
+  namespace fs = std::filesystem;
+  save_sharded_checkpoint(model, comm, dir, at::kFloat);
+  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, dir);
+  if (model.has_adapters() && cfg.saver.merge_lora)
+    save_sharded_checkpoint(model, comm, dir + "-merged", at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/true);
+  if (comm.rank() == 0 && !cfg.model_path.empty() && fs::is_directory(cfg.model_path))
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "generation_config.json", "vocab.json", "merges.txt"})
+      if (fs::exists(fs::path(cfg.model_path) / name))
+        fs::copy_file(fs::path(cfg.model_path) / name, fs::path(dir) / name, fs::copy_options::overwrite_existing);
+  comm.barrier();
+}
+
 }  // namespace areal

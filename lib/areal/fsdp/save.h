@@ -26,6 +26,11 @@ void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, cons
                              at::ScalarType dtype, uint64_t max_shard_bytes = uint64_t{5} << 30,
                              bool merge_adapters = false);
 
+// What a training job leaves in `dir`: the weights as a float32 HF checkpoint, with
+// LoRA also the PEFT adapters and (saver.merge_lora) `<dir>-merged`, and the tokenizer
+// files of cfg.model_path, so the checkpoint is a complete Hugging Face model. Collective.
+void save_trained_model(const Config& cfg, const ShardedModel& model, Communicator& comm, const std::string& dir);
+
 // The LoRA adapters in PEFT's layout inside `dir`: adapter_model.safetensors (names
 // `base_model.model.<name>`) and adapter_config.json. Collective.
 void save_lora_adapters(const ShardedModel& model, Communicator& comm, const ActorConfig& actor,

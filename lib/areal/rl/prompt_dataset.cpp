@@ -1,9 +1,8 @@
 #include "areal/rl/prompt_dataset.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "areal/rl/jsonl.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -20,17 +19,10 @@ std::string field_text(const nlohmann::json& row, const std::string& key, const 
 
 std::vector<PromptExample> read_jsonl(const std::string& path, const std::string& prompt_key,
                                       const std::string& answer_key) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error(cat(path, ": cannot read the dataset"));
   std::vector<PromptExample> examples;
-  std::string line;
-  for (int64_t number = 1; std::getline(file, line); ++number) {
-    if (trim(line).empty()) continue;
-    const std::string where = cat(path, ":", number);
-    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_discarded() || !row.is_object()) throw std::runtime_error(cat(where, ": not a JSON object"));
+  for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
     examples.push_back({field_text(row, prompt_key, where), field_text(row, answer_key, where)});
-  }
+  });
   return examples;
 }
 

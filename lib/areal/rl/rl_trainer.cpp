@@ -112,11 +112,6 @@ at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks,
   return out * r.loss_mask;
 }
 
-int64_t device_peak_bytes(const at::Device& device) {
-  (void)device;  // the host's high-water mark; a GPU's allocator peak is not recorded yet
-  return peak_rss_bytes();
-}
-
 // Greedy answers to every held-out prompt (each rank its share), the share of answers
 // with a positive reward over all ranks. Collective (gathers the policy).
 double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& comm, const RankInfo& me,
@@ -142,23 +137,6 @@ double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& co
   at::Tensor totals = at::tensor({correct, count}, at::kDouble);
   comm.all_reduce(totals, ReduceOp::Sum);
   return totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
-}
-
-void save(const Config& cfg, ShardedModel& model, Communicator& comm, const std::string& dir) {
-  save_sharded_checkpoint(model, comm, dir, at::kFloat);
-  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, dir);
-  if (model.has_adapters() && cfg.saver.merge_lora)
-    save_sharded_checkpoint(model, comm, dir + "-merged", at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/true);
-  // The tokenizer travels with the weights, so the checkpoint is a complete HF model.
-  if (comm.rank() == 0 && !cfg.model_path.empty() && std::filesystem::is_directory(cfg.model_path))
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "generation_config.json", "vocab.json", "merges.txt"}) {
-      auto from = std::filesystem::path(cfg.model_path) / name;
-      if (std::filesystem::exists(from))
-        std::filesystem::copy_file(from, std::filesystem::path(dir) / name,
-                                   std::filesystem::copy_options::overwrite_existing);
-    }
-  comm.barrier();
 }
 
 }  // namespace
@@ -351,7 +329,8 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
                                     static_cast<double>(r.ids.numel())},
                                    at::kDouble);
       comm.all_reduce(sums, ReduceOp::Sum);
-      at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(device_peak_bytes(device)),
+      // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
+      at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(peak_rss_bytes()),
                                       rollout_seconds, train_seconds},
                                      at::kDouble);
       comm.all_reduce(maxima, ReduceOp::Max);
@@ -397,14 +376,14 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
         logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
       stats.log(step + 1, logged);
       if (cfg.saver.freq_steps > 0 && (step + 1) % cfg.saver.freq_steps == 0 && !last)
-        save(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
+        save_trained_model(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
     }
   }
   summary.steps = step;
   summary.eval_after = run_eval("after training");
   if (valid) stats.log(step, {{"eval_accuracy", summary.eval_after}});
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
-  save(cfg, model, comm, summary.checkpoint);
+  save_trained_model(cfg, model, comm, summary.checkpoint);
   if (valid)
     log::info(cat("rl: held-out greedy accuracy ", format_fixed(100 * summary.eval_before, 1), "% -> ",
                   format_fixed(100 * summary.eval_after, 1), "%"));

@@ -142,11 +142,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
     }
   }
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
-  save_sharded_checkpoint(model, comm, summary.checkpoint, at::kFloat);
-  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, summary.checkpoint);
-  if (model.has_adapters() && cfg.saver.merge_lora)
-    save_sharded_checkpoint(model, comm, summary.checkpoint + "-merged", at::kFloat, uint64_t{5} << 30,
-                            /*merge_adapters=*/true);
+  save_trained_model(cfg, model, comm, summary.checkpoint);
   log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss, "; saved ",
                 summary.checkpoint));
   return summary;

@@ -1,11 +1,10 @@
 #include "areal/rl/text_dataset.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "areal/rl/builtin_tasks.h"
 #include "areal/rl/byte_tokenizer.h"
+#include "areal/rl/jsonl.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -24,18 +23,11 @@ TextDataset::TextDataset(const std::string& path, const std::string& key, int64_
     // A generated task: each text is the prompt followed by its reference answer.
     for (const auto& example : builtin_task(path)) add(example.prompt + example.answer);
   } else {
-    std::ifstream file(path);
-    if (!file) throw std::runtime_error(cat(path, ": cannot read the dataset"));
-    std::string line;
-    for (int64_t number = 1; std::getline(file, line); ++number) {
-      if (trim(line).empty()) continue;
-      nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-      if (row.is_discarded() || !row.is_object())
-        throw std::runtime_error(cat(path, ":", number, ": not a JSON object"));
+    for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
       if (!row.contains(key) || !row[key].is_string())
-        throw std::runtime_error(cat(path, ":", number, ": no string field '", key, "'"));
+        throw std::runtime_error(cat(where, ": no string field '", key, "'"));
       add(row[key].get<std::string>());
-    }
+    });
   }
   if (sequences_.empty()) throw std::runtime_error(cat(path, ": no usable sequences"));
 }
