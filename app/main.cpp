@@ -10,6 +10,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/rl/job_inputs.h"
 #include "areal/rl/rl_trainer.h"
 #include "areal/rl/sft_trainer.h"
 #include "areal/util/error.h"
@@ -50,6 +51,9 @@ int run_job(const areal::Config& cfg) {
   std::string placement = areal::placement_table(me);
   areal::log::info("placement:" + placement);
   {
+    // Everything the config, the world size and config.json decide is checked before
+    // the (possibly long) load.
+    areal::JobInputs inputs = areal::prepare_job(cfg, me, areal::init_model_config(cfg));
     areal::Communicator comm(me);
     areal::InitResult init = areal::staged_init(cfg, me, comm);
     areal::InitReport report = areal::gather_init_report(init, comm);
@@ -58,8 +62,8 @@ int run_job(const areal::Config& cfg) {
       std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
       areal::log::info("stage figures written to " + path);
     }
-    if (cfg.job == "sft") areal::run_sft(cfg, me, comm, *init.model);
-    if (cfg.job == "rl") areal::run_rl(cfg, me, comm, *init.model);
+    if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, *init.model);
+    if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, *init.model);
   }
   areal::finalize();
   return areal::kExitOk;

@@ -240,3 +240,33 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
   }
   fs::remove_all(root);
 }
+
+TEST_CASE("binary: --job sft with drop_last false keeps the partial last batch inside its epoch", "[binary][mpi][sft]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("areal_sft_last_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  std::string rows;
+  for (int i = 0; i < 8; ++i) rows += "{\"text\": \"" + std::to_string(i) + "+1=" + std::to_string(i + 1) + "\"}\n";
+  const std::string data = temp_file("sft_eight_rows.jsonl", rows);
+  auto run_sft = [&](int batch_size) {
+    Result r = run("timeout 120 " + kMpirun2 + " --job sft --init_from_scratch true --actor.dtype float32 "
+                   "--train_dataset.drop_last false --total_train_epochs 1 --train_dataset.path " + data +
+                   " --train_dataset.batch_size " + std::to_string(batch_size) + " --cluster.fileroot " + root.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<nlohmann::json> steps;
+    std::ifstream stats(root / "areal-train" / "trial0" / "stats.jsonl");
+    for (std::string line; std::getline(stats, line);) steps.push_back(nlohmann::json::parse(line));
+    return steps;
+  };
+  std::vector<nlohmann::json> six = run_sft(6);
+  REQUIRE(six.size() == 2);
+  CHECK(six[0]["rows"] == 6);
+  CHECK(six[1]["rows"] == 2);
+  CHECK(six[1]["epoch"] == 0);
+  std::vector<nlohmann::json> ten = run_sft(10);
+  REQUIRE(ten.size() == 1);
+  CHECK(ten[0]["rows"] == 8);
+  fs::remove_all(root);
+  fs::remove(data);
+}

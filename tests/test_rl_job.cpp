@@ -180,3 +180,35 @@ TEST_CASE("rl job: non-finite losses are skipped with a warning, and three in a 
   CHECK_THAT(r.output, Contains("step 1 minibatch 2: the loss is not finite; the update was skipped") &&
                            Contains("3 updates in a row had a non-finite loss; stopping"));
 }
+
+// One epoch of 8 prompts with train_dataset.drop_last false: batch 6 gives a full batch
+// and a partial one of 2, both in epoch 0; batch 10 gives one batch of all 8 (and ends).
+TEST_CASE("rl job: drop_last false keeps the partial last batch inside its epoch", "[rl][binary][mpi]") {
+  const fs::path root = fresh_dir("drop_last");
+  const std::string base = "timeout 120 " + kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml total_train_steps=0 "
+                           "total_train_epochs=1 train_dataset.drop_last=false valid_dataset.path= "
+                           "stats_logger.tensorboard.path= cluster.fileroot=" + root.string();
+  const fs::path stats = root / "ci-smoke" / "trial0" / "stats.jsonl";
+  {
+    Result r = run(base + " train_dataset.batch_size=6");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("2 steps per epoch, 2 steps"));
+    std::vector<json> rows = read_jsonl(stats);
+    REQUIRE(rows.size() == 2);
+    CHECK(rows[0]["epoch"] == 0);
+    CHECK(rows[0]["prompts"] == 6);
+    CHECK(rows[1]["epoch"] == 0);
+    CHECK(rows[1]["prompts"] == 2);
+  }
+  {
+    Result r = run(base + " train_dataset.batch_size=10");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.seconds < 60);
+    CHECK_THAT(r.output, Contains("1 steps per epoch, 1 steps"));
+    std::vector<json> rows = read_jsonl(stats);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0]["prompts"] == 8);
+  }
+}

@@ -27,6 +27,39 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& ids) {
                                 ids.narrow(1, 1, length - 1).reshape({-1}));
 }
 
+// Every unit's shard gradients gathered from all ranks, by parameter name; checks on
+// the way that the padding got no gradient.
+std::map<std::string, at::Tensor> gathered_grads(ShardedModel& model) {
+  std::map<std::string, at::Tensor> grads;
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const UnitLayout& unit = model.units()[u];
+    REQUIRE(model.shard(u).grad().defined());
+    at::Tensor full = at::empty({unit.padded_numel}, at::kFloat);
+    g_comm->all_gather(model.shard(u).grad().contiguous(), full);
+    CHECK(full.narrow(0, unit.numel, unit.padded_numel - unit.numel).abs().sum().item<double>() == 0);
+    for (const auto& [param, grad] : model.unit_views(u, full)) grads[param] = grad.clone();
+  }
+  return grads;
+}
+
+std::map<std::string, at::Tensor> reference_grads(CausalLM& reference) {
+  std::map<std::string, at::Tensor> grads;
+  for (const auto& item : reference.named_parameters()) grads[item.key()] = item.value().grad().clone();
+  return grads;
+}
+
+void check_grads_equal(const std::map<std::string, at::Tensor>& got, const std::map<std::string, at::Tensor>& want) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [param, grad] : got) {
+    INFO(param);
+    CHECK(at::allclose(grad, want.at(param), 1e-4, 1e-6));
+  }
+}
+
+void zero_shard_grads(ShardedModel& model) {
+  for (size_t u = 0; u < model.units().size(); ++u) model.shard(u).mutable_grad().zero_();
+}
+
 }  // namespace
 
 TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine]") {
@@ -60,21 +93,103 @@ TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine
     at::stack(losses).mean().backward();
     CHECK(std::abs(loss.item<double>() - losses[g_me.rank].item<double>()) < 1e-5);
 
-    std::map<std::string, at::Tensor> reference_grads;
-    for (const auto& item : reference->named_parameters()) reference_grads[item.key()] = item.value().grad();
-    for (size_t u = 0; u < init.model->units().size(); ++u) {
-      const UnitLayout& unit = init.model->units()[u];
-      REQUIRE(init.model->shard(u).grad().defined());
-      at::Tensor full = at::empty({unit.padded_numel}, at::kFloat);
-      g_comm->all_gather(init.model->shard(u).grad().contiguous(), full);
-      for (const auto& [param, grad] : init.model->unit_views(u, full)) {
-        INFO(param);
-        CHECK(at::allclose(grad, reference_grads.at(param), 1e-4, 1e-6));
+    check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
+  }
+}
+
+// Two forwards before any backward: each forward's graph must keep its own inputs
+// (ids, masks, positions). Tied embeddings make the root unit's gradient depend on
+// both the embedding's and the head's saved inputs.
+TEST_CASE("engine: two forwards, then their backwards, equal a single-process run", "[mpi][engine]") {
+  for (const auto& name : {"qwen2_tied", "llama"}) {
+    INFO(name);
+    const std::string path = kFixtures + "/" + name;
+    Config cfg;
+    cfg.model_path = path;
+    cfg.device = "cpu";
+    InitResult init = staged_init(cfg, g_me, *g_comm);
+    FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
+    const int64_t rows = 2, vocab = init.model->config().vocab_size, n = g_me.world_size;
+    auto batch = [&](int64_t seed, int64_t length) {
+      return at::randint(vocab, {rows * n, length}, at::make_generator<at::CPUGeneratorImpl>(seed), at::kLong);
+    };
+    const at::Tensor all_a = batch(7, 9), all_b = batch(8, 6);  // different lengths: different masks and positions
+    const at::Tensor mine_a = all_a.narrow(0, g_me.rank * rows, rows), mine_b = all_b.narrow(0, g_me.rank * rows, rows);
+
+    // The reference: the mean over ranks of each batch's loss, separately and summed.
+    auto reference = load_causal_lm(path, at::kFloat);
+    for (auto& p : reference->parameters()) p.requires_grad_(true);
+    auto reference_loss = [&](const at::Tensor& all) {
+      std::vector<at::Tensor> losses;
+      for (int r = 0; r < n; ++r) {
+        at::Tensor ids = all.narrow(0, r * rows, rows);
+        losses.push_back(next_token_loss(reference->forward(ids), ids));
       }
-      // Padding gets no gradient.
-      CHECK(full.narrow(0, unit.numel, unit.padded_numel - unit.numel).abs().sum().item<double>() == 0);
+      return at::stack(losses).mean();
+    };
+    reference_loss(all_a).backward();
+    const auto want_a = reference_grads(*reference);
+    reference_loss(all_b).backward();
+    const auto want_sum = reference_grads(*reference);
+
+    {  // backward of the sum of both losses
+      at::Tensor loss_a = next_token_loss(engine.forward(mine_a), mine_a);
+      at::Tensor loss_b = next_token_loss(engine.forward(mine_b), mine_b);
+      (loss_a + loss_b).backward();
+      check_grads_equal(gathered_grads(*init.model), want_sum);
+    }
+    zero_shard_grads(*init.model);
+    {  // backward of each loss in turn, the first forward's first
+      at::Tensor loss_a = next_token_loss(engine.forward(mine_a), mine_a);
+      at::Tensor loss_b = next_token_loss(engine.forward(mine_b), mine_b);
+      loss_a.backward();
+      check_grads_equal(gathered_grads(*init.model), want_a);
+      loss_b.backward();
+      check_grads_equal(gathered_grads(*init.model), want_sum);
     }
   }
+}
+
+// With LoRA the adapters are on or off per forward: a backward follows its forward,
+// whatever the switch says by the time the backward runs.
+TEST_CASE("engine: the adapter switch counts at forward time, not at backward time", "[mpi][engine][lora]") {
+  Config cfg;
+  cfg.model_path = kFixtures + "/qwen2_untied";
+  cfg.device = "cpu";
+  cfg.actor.use_lora = true;
+  cfg.actor.lora_rank = 4;
+  cfg.actor.lora_alpha = 8;
+  cfg.actor.dtype = "float32";
+  FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
+  ShardedModel& model = fsdp.model();
+  FsdpEngine& engine = *fsdp.engine;
+  at::Tensor ids = at::randint(model.config().vocab_size, {2, 7}, at::make_generator<at::CPUGeneratorImpl>(g_me.rank + 3),
+                               at::kLong);
+  auto adapter_grads = [&] {
+    std::vector<at::Tensor> grads;
+    for (at::Tensor& shard : model.trainable_shards()) {
+      grads.push_back(shard.grad().defined() ? shard.grad().clone() : at::zeros_like(shard));
+      if (shard.grad().defined()) shard.mutable_grad().zero_();
+    }
+    return grads;
+  };
+  next_token_loss(engine.forward(ids), ids).backward();  // adapters on throughout
+  const auto want = adapter_grads();
+  double norm = 0;
+  for (const auto& g : want) norm += g.norm().item<double>();
+  CHECK(norm > 0);  // lora_B gets a gradient even while B = 0
+
+  at::Tensor loss = next_token_loss(engine.forward(ids), ids);  // adapters on ...
+  engine.set_adapters_enabled(false);                           // ... switched off before the backward
+  loss.backward();
+  engine.set_adapters_enabled(true);
+  const auto got = adapter_grads();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(at::allclose(got[i], want[i], 1e-5, 1e-7));
+
+  engine.set_adapters_enabled(false);  // and a forward with adapters off trains nothing (the base is frozen)
+  at::Tensor base_loss = next_token_loss(engine.forward(ids), ids);
+  engine.set_adapters_enabled(true);
+  CHECK_FALSE(base_loss.requires_grad());
 }
 
 TEST_CASE("engine: gradients accumulate over micro-batches", "[mpi][engine]") {
@@ -167,4 +282,79 @@ TEST_CASE("optimizer: a non-finite gradient norm skips the step on every rank", 
   CHECK(result.skipped);
   CHECK(at::equal(shard.detach(), at::ones({4})));
   CHECK(optimizer.steps_taken() == 0);
+}
+
+// actor.dtype's default: bfloat16 compute on float32 master shards, against the float32
+// single-process reference. bfloat16 keeps 8 bits of mantissa (relative rounding
+// 2^-9 = 0.2%), and each layer adds its rounding, so the tolerances are relative L2
+// errors per tensor, stated here:
+//   loss                      1e-2   (a mean over tokens: errors average out)
+//   each gradient             6e-2   (gradients of small tensors are noisier)
+//   each tensor's update      2.5e-1 after 3 AdamW steps (Adam divides by sqrt(v), so
+//                             the update direction of tiny gradients is what bf16 blurs);
+//                             the key bias, whose true gradient is 0, moves at most lr a step
+TEST_CASE("engine: bfloat16 compute stays within stated tolerances of a float32 run", "[mpi][engine][bf16]") {
+  const std::string path = kFixtures + "/qwen2_untied";
+  Config cfg;
+  cfg.model_path = path;
+  cfg.device = "cpu";
+  cfg.optimizer.lr = 1e-3;
+  cfg.optimizer.gradient_clipping = 0;
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  FsdpEngine engine(*init.model, *g_comm, at::kBFloat16, at::kFloat);
+  ShardedAdamW optimizer(init.model->trainable_shards(), cfg.optimizer, *g_comm);
+
+  auto reference = load_causal_lm(path, at::kFloat);
+  for (auto& p : reference->parameters()) p.requires_grad_(true);
+  std::map<std::string, at::Tensor> initial;
+  for (const auto& item : reference->named_parameters()) initial[item.key()] = item.value().detach().clone();
+  torch::optim::AdamW reference_optimizer(
+      reference->parameters(), torch::optim::AdamWOptions(cfg.optimizer.lr).betas({cfg.optimizer.beta1, cfg.optimizer.beta2})
+                                   .eps(cfg.optimizer.eps).weight_decay(cfg.optimizer.weight_decay));
+  auto relative_error = [](const at::Tensor& got, const at::Tensor& want) {
+    return (got.to(at::kFloat) - want).norm().item<double>() / std::max(want.norm().item<double>(), 1e-12);
+  };
+
+  const int64_t rows = 2, vocab = init.model->config().vocab_size;
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor all_ids = at::randint(vocab, {rows * g_me.world_size, 12},
+                                     at::make_generator<at::CPUGeneratorImpl>(200 + step), at::kLong);
+    at::Tensor mine = all_ids.narrow(0, g_me.rank * rows, rows);
+    optimizer.zero_grad();
+    at::Tensor loss = next_token_loss(engine.forward(mine), mine);
+    loss.backward();
+
+    reference_optimizer.zero_grad();
+    std::vector<at::Tensor> losses;
+    for (int r = 0; r < g_me.world_size; ++r) {
+      at::Tensor ids = all_ids.narrow(0, r * rows, rows);
+      losses.push_back(next_token_loss(reference->forward(ids), ids));
+    }
+    at::stack(losses).mean().backward();
+    INFO("step " << step);
+    CHECK(relative_error(loss.detach(), losses[g_me.rank].detach()) < 1e-2);
+    if (step == 0) {
+      for (const auto& [param, grad] : gathered_grads(*init.model)) {
+        INFO(param);
+        CHECK(relative_error(grad, reference->named_parameters()[param].grad()) < 6e-2);
+      }
+    }
+    optimizer.step(cfg.optimizer.lr);
+    reference_optimizer.step();
+  }
+  for (size_t u = 0; u < init.model->units().size(); ++u) {
+    at::Tensor full = init.model->gather_unit(u, *g_comm, at::kFloat);
+    for (const auto& [param, value] : init.model->unit_views(u, full)) {
+      INFO(param);
+      at::Tensor want = reference->named_parameters()[param].detach() - initial.at(param);
+      if (param.find("k_proj.bias") != std::string::npos) {
+        // Softmax ignores a key bias (it adds the same q.b to every key of a query), so
+        // this gradient is 0 in exact arithmetic and rounding noise in practice; Adam
+        // turns any noise into steps of about lr. Bound: 3 steps of at most lr each.
+        CHECK((value - initial.at(param)).abs().max().item<double>() <= 3 * cfg.optimizer.lr * 1.01);
+      } else {
+        CHECK(relative_error(value - initial.at(param), want) < 2.5e-1);
+      }
+    }
+  }
 }

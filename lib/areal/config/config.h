@@ -52,11 +52,16 @@ struct NormConfig {
   double eps = 1e-5;
 };
 
+// AReaL's MicroBatchSpec; only the token budget so far.
+struct MicroBatchSpec {
+  int64_t max_tokens_per_mb = 0;  // 0: one micro-batch per minibatch, padded
+};
+
 struct ActorConfig {
   std::string dtype = "bfloat16";
   std::string grad_reduce_dtype = "float32";
   bool gradient_checkpointing = true;
-  int64_t mb_max_tokens_per_mb = 0;  // 0: one micro-batch per minibatch
+  MicroBatchSpec mb_spec;
   bool use_lora = false;
   int64_t lora_rank = 32;
   int64_t lora_alpha = 16;

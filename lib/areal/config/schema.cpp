@@ -211,9 +211,10 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.gradient_checkpointing).doc("Recompute each unit's forward in backward instead of keeping "
                                                "activations.")
           .planned("keeping activations instead of recomputing them"),
-      OPTION(actor.mb_max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
-                                             "tokens (0: one micro-batch).").at_least(0)
-          .planned("micro-batching by token count"),
+      OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
+                                                  "tokens, each one packed row without padding (first-fit "
+                                                  "decreasing; a longer sequence goes alone). 0: one padded "
+                                                  "micro-batch per minibatch.").at_least(0),
       OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
       OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),

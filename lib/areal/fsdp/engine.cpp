@@ -8,16 +8,46 @@
 
 namespace areal {
 
-// What one use of a unit computes, given its gathered weights.
+// What one use of a unit computes, given its gathered weights. Everything a use needs
+// in its backward is here, fixed at forward time, and travels in the autograd
+// context's saved data (save/load), so each forward's graph owns its own: a second
+// forward before the backward of the first, or a toggle of the adapters in between,
+// changes nothing of the first.
 struct UnitCall {
-  enum class Kind { Embed, Layer, Head };
-  FsdpEngine* engine;
-  size_t unit;
-  Kind kind;
+  enum class Kind : int64_t { Embed, Layer, Head };
+  FsdpEngine* engine = nullptr;  // outlives the graphs of its forwards
+  size_t unit = 0;
+  Kind kind = Kind::Layer;
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
+  bool with_adapter = false;   // LoRA on, as it was when the forward ran
 
-  bool has_adapter() const { return kind == Kind::Layer && engine->adapters_enabled(); }
+  bool has_adapter() const { return with_adapter; }
+
+  void save(torch::autograd::AutogradContext* ctx) const {
+    auto& d = ctx->saved_data;
+    d["engine"] = reinterpret_cast<int64_t>(engine);
+    d["unit"] = static_cast<int64_t>(unit);
+    d["kind"] = static_cast<int64_t>(kind);
+    d["with_adapter"] = with_adapter;
+    d["input_ids"] = input_ids;
+    d["cos"] = attention.cos;
+    d["sin"] = attention.sin;
+    d["mask"] = attention.mask;
+    d["sequence_starts"] = attention.sequence_starts;
+  }
+  static UnitCall load(torch::autograd::AutogradContext* ctx) {
+    const auto& d = ctx->saved_data;
+    UnitCall call;
+    call.engine = reinterpret_cast<FsdpEngine*>(d.at("engine").toInt());
+    call.unit = static_cast<size_t>(d.at("unit").toInt());
+    call.kind = static_cast<Kind>(d.at("kind").toInt());
+    call.with_adapter = d.at("with_adapter").toBool();
+    call.input_ids = d.at("input_ids").toTensor();
+    call.attention = {d.at("cos").toTensor(), d.at("sin").toTensor(), d.at("mask").toTensor(),
+                      d.at("sequence_starts").toTensor()};
+    return call;
+  }
 
   // Runs the unit on `x` with the weights in `flat` (its gathered buffer) and, with
   // LoRA, the layer's adapters in `adapter_flat`.
@@ -55,14 +85,14 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The autograd Function of one unit use. The UnitCall travels as an address in
-// saved_data: the engine keeps it alive until the next forward. The shards are inputs
-// only so that autograd routes their gradients; forward reads them through the call.
+// The autograd Function of one unit use. The UnitCall travels in saved_data, so it
+// lives exactly as long as this use's graph. The shards are inputs only so that
+// autograd routes their gradients; forward reads them through the call.
 struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& /*shard*/,
-                            const at::Tensor& /*adapter_shard*/, int64_t call_address) {
-    const auto* call = reinterpret_cast<const UnitCall*>(call_address);
-    ctx->saved_data["call"] = call_address;
+                            const at::Tensor& /*adapter_shard*/, const UnitCall& call_value) {
+    call_value.save(ctx);
+    const UnitCall* call = &call_value;
     ctx->save_for_backward({x});
     FsdpEngine& engine = *call->engine;
     at::NoGradGuard no_grad;
@@ -74,7 +104,8 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto* call = reinterpret_cast<const UnitCall*>(ctx->saved_data["call"].toInt());
+    const UnitCall loaded = UnitCall::load(ctx);
+    const UnitCall* call = &loaded;
     FsdpEngine& engine = *call->engine;
     const at::Tensor x = ctx->get_saved_variables()[0];
 
@@ -140,19 +171,21 @@ FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType c
 FsdpEngine::~FsdpEngine() = default;
 
 at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
-  calls_.clear();
+  return forward(input_ids, attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_));
+}
+
+at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention) {
   using Kind = UnitCall::Kind;
-  auto apply = [&](UnitCall call, const at::Tensor& x) {
-    calls_.push_back(std::move(call));
-    const UnitCall& c = calls_.back();
+  auto apply = [&](size_t unit, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x) {
+    const UnitCall call{this, unit, kind, std::move(ids), std::move(attention),
+                        kind == Kind::Layer && adapters_enabled()};
     // Custom Functions take no undefined inputs: an empty tensor stands for "no adapter".
-    at::Tensor adapter = c.has_adapter() ? model_.adapter_shard(c.unit - 1) : at::empty({0});
-    return UnitFunction::apply(x, model_.shard(c.unit), adapter, reinterpret_cast<int64_t>(&c));
+    at::Tensor adapter = call.has_adapter() ? model_.adapter_shard(unit - 1) : at::empty({0});
+    return UnitFunction::apply(x, model_.shard(unit), adapter, call);
   };
-  at::Tensor h = apply({this, 0, Kind::Embed, input_ids, {}}, input_ids);
-  AttentionInputs attention = attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_);
-  for (size_t u = 1; u < model_.units().size(); ++u) h = apply({this, u, Kind::Layer, {}, attention}, h);
-  return apply({this, 0, Kind::Head, {}, {}}, h);
+  at::Tensor h = apply(0, Kind::Embed, input_ids, {}, input_ids);
+  for (size_t u = 1; u < model_.units().size(); ++u) h = apply(u, Kind::Layer, {}, attention, h);
+  return apply(0, Kind::Head, {}, {}, h);
 }
 
 }  // namespace areal

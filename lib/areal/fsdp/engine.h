@@ -12,17 +12,15 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <deque>
 #include <memory>
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/model/functional.h"
 
 namespace areal {
-
-struct UnitCall;  // one use of a unit in one forward (engine.cpp)
 
 class FsdpEngine {
  public:
@@ -32,7 +30,13 @@ class FsdpEngine {
   // Logits [B, T, vocab] in the compute dtype. The shards require grad; a backward
   // from these logits leaves each rank's shard gradients in shard(u).grad().
   // Collective: every rank calls it (with its own batch), and backward likewise.
+  // Each forward's graph owns what its backward needs: several forwards may run before
+  // their backwards, in any order (gradient accumulation over a summed loss, actor and
+  // reference in one graph).
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {});
+  // The same with the attention inputs made by the caller (packed sequences:
+  // packed_attention_inputs in model/functional.h).
+  at::Tensor forward(const at::Tensor& input_ids, const AttentionInputs& attention);
 
   // With LoRA: run the base model alone (the frozen reference policy at no extra
   // memory) while false.
@@ -49,8 +53,7 @@ class FsdpEngine {
   Communicator& comm_;
   at::ScalarType compute_dtype_;
   at::ScalarType grad_reduce_dtype_;
-  bool adapters_enabled_ = true;
-  std::deque<UnitCall> calls_;  // the current forward's unit uses, alive until its backward
+  bool adapters_enabled_ = true;  // read at forward time; each use keeps what it saw
 };
 
 // "bfloat16" | "float16" | "float32" (actor.dtype, actor.grad_reduce_dtype) as a dtype.

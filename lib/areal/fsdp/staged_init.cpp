@@ -109,20 +109,25 @@ at::Tensor seeded_unit(const UnitLayout& unit, size_t unit_index, int64_t seed) 
   return flat;
 }
 
+ModelConfig init_model_config(const Config& cfg) {
+  return cfg.model_path.empty() ? ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model")
+                                : ModelConfig::from_file(config_path_of(cfg.model_path));
+}
+
 InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm) {
   InitResult result;
   const bool from_checkpoint = !cfg.init_from_scratch;
   const bool streaming = from_checkpoint && cfg.fsdp.memory_efficient_load;
   const int64_t rss_before = current_rss_bytes();
   const auto init_start = Clock::now();
+  log::info(cat("staged init: ", !from_checkpoint ? cat("from seed ", cfg.seed)
+                                 : cat(streaming ? "memory-efficient load of " : "plain load of ", cfg.model_path),
+                " on ", me.world_size, " ranks"));
 
   // 1. cpu_skeleton: names and shapes on the meta device, no parameter storage.
   StageMeter skeleton_stage("cpu_skeleton");
   auto t = skeleton_stage.begin();
-  ModelConfig model_config = cfg.model_path.empty()
-                                 ? ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model")
-                                 : ModelConfig::from_file(config_path_of(cfg.model_path));
-  auto skeleton = std::make_shared<CausalLM>(model_config, at::TensorOptions().device(at::kMeta));
+  auto skeleton = std::make_shared<CausalLM>(init_model_config(cfg), at::TensorOptions().device(at::kMeta));
   skeleton_stage.end(t);
 
   // 2. fsdp_shard: the unit layout, and this rank's float32 shards on its device.

@@ -34,6 +34,10 @@ struct InitResult {
   std::string source;  // what was loaded ("checkpoint <path>", "seed 1")
 };
 
+// The model the init builds: model_path's config.json, or the built-in tiny model.
+// Reads one small file; for the checks that run before the init.
+ModelConfig init_model_config(const Config& cfg);
+
 // Collective. Throws io::CheckpointError (naming tensor and file) when the checkpoint
 // disagrees with the model; on rank 0 alone in the memory-efficient path, where the
 // caller's run_guarded then ends the job.

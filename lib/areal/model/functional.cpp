@@ -24,7 +24,19 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
   mask = mask | (key_index == query_index);
 
   auto [cos, sin] = rotary_cos_sin(positions, config.head_dim, config.rope_theta, dtype);
-  return {cos, sin, mask};
+  return {cos, sin, mask, at::Tensor()};
+}
+
+AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
+                                        const at::Device& device, at::ScalarType dtype) {
+  std::vector<int64_t> starts = {0};
+  std::vector<at::Tensor> positions;
+  for (int64_t length : lengths) {
+    starts.push_back(starts.back() + length);
+    positions.push_back(at::arange(length, at::kLong));
+  }
+  auto [cos, sin] = rotary_cos_sin(at::cat(positions).view({1, -1}).to(device), config.head_dim, config.rope_theta, dtype);
+  return {cos, sin, at::Tensor(), at::tensor(starts, at::kLong)};
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -62,7 +74,19 @@ at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::
   const int64_t group = heads / kv_heads;
   at::Tensor k_all = group == 1 ? keys : keys.repeat_interleave(group, 1);
   at::Tensor v_all = group == 1 ? values : values.repeat_interleave(group, 1);
-  at::Tensor attended = at::scaled_dot_product_attention(q, k_all, v_all, attention.mask);
+  at::Tensor attended;
+  if (attention.sequence_starts.defined()) {  // packed: causal attention inside each sequence only
+    const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
+    std::vector<at::Tensor> parts;
+    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
+      const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
+      parts.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, n), k_all.narrow(2, begin, n),
+                                                       v_all.narrow(2, begin, n), {}, 0.0, /*is_causal=*/true));
+    }
+    attended = at::cat(parts, 2);
+  } else {
+    attended = at::scaled_dot_product_attention(q, k_all, v_all, attention.mask);
+  }
   at::Tensor after_attention =
       x + linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "areal/model/model_config.h"
 
@@ -22,6 +23,10 @@ using LayerWeights = std::function<at::Tensor(const std::string& name)>;
 struct AttentionInputs {
   at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
   at::Tensor mask;      // [B, 1, T, past + T]: true where a query may attend to a key
+  // Packed sequences instead of a mask: one row (B = 1) holding several sequences back
+  // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
+  // causally within itself and never across.
+  at::Tensor sequence_starts;
 };
 
 // Positions count each sequence's real tokens (left padding is skipped over); a query
@@ -29,6 +34,11 @@ struct AttentionInputs {
 // With a cache, the cache's mask grows by this step's mask.
 AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& input_ids,
                                  const at::Tensor& attention_mask, KVCache* cache, at::ScalarType dtype);
+
+// For one packed row: `lengths` sequences back to back (their sum is the row's length);
+// positions restart at 0 for each sequence.
+AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
+                                        const at::Device& device, at::ScalarType dtype);
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 

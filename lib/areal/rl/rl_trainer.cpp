@@ -13,8 +13,8 @@
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
 #include "areal/rl/advantages.h"
-#include "areal/rl/epoch_order.h"
 #include "areal/rl/generation.h"
+#include "areal/rl/micro_batches.h"
 #include "areal/rl/ppo_loss.h"
 #include "areal/rl/prompt_dataset.h"
 #include "areal/rl/reward.h"
@@ -37,7 +37,6 @@ constexpr int kMaxBadStepsInARow = 3;  // non-finite losses in a row before the 
 // position t of the [rows, L - 1] tensors predicts token t + 1.
 struct Rollout {
   at::Tensor ids;        // [rows, L] prompt + answer, right-padded
-  at::Tensor attention;  // [rows, L] 1 on real tokens
   at::Tensor loss_mask;  // [rows, L - 1] 1 where the target is an answer token
   at::Tensor old_logp;   // [rows, L - 1] behaviour log-probs of the answer tokens
   std::vector<int64_t> lengths;  // real tokens per row (prompt + answer)
@@ -55,7 +54,6 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     longest = std::max(longest, r.lengths.back());
   }
   r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
-  r.attention = at::zeros({rows, longest}, at::kLong);
   r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
   r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
   for (int64_t i = 0; i < rows; ++i) {
@@ -68,7 +66,6 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
       r.loss_mask[i].narrow(0, p - 1, a).fill_(1);
       r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
     }
-    r.attention[i].narrow(0, 0, p + a).fill_(1);
     r.answer_tokens += a;
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
@@ -77,37 +74,22 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
   return r;
 }
 
-// Rows [begin, end) of the rollout, cut to their longest real length.
-struct Minibatch {
-  at::Tensor ids, attention, targets, loss_mask, old_logp, advantages;
-};
+PaddedSequences sequences_of(const Rollout& r) { return {r.ids, r.lengths}; }
 
-Minibatch slice(const Rollout& r, const at::Tensor& advantages, int64_t begin, int64_t end, const at::Device& device) {
-  int64_t length = 2;
-  for (int64_t i = begin; i < end; ++i) length = std::max(length, r.lengths[i]);
-  auto rows = [&](const at::Tensor& t, int64_t cols) { return t.narrow(0, begin, end - begin).narrow(1, 0, cols).to(device); };
-  Minibatch mb;
-  mb.ids = rows(r.ids, length);
-  mb.attention = rows(r.attention, length);
-  mb.targets = mb.ids.narrow(1, 1, length - 1);
-  mb.loss_mask = rows(r.loss_mask, length - 1);
-  mb.old_logp = rows(r.old_logp, length - 1);
-  if (advantages.defined()) mb.advantages = rows(advantages, length - 1);
-  return mb;
-}
-
-// Log-probs of the rollout's targets under `engine` without a graph: [rows, L - 1] on the CPU.
-at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks, double temperature,
-                         const at::Device& device) {
+// Log-probs of the rollout's targets under `engine` without a graph: [rows, L - 1] on
+// the CPU, in n_chunks chunks of micro-batches (actor.mb_spec). Collective.
+at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks, int64_t max_tokens_per_mb,
+                         double temperature, Communicator& comm, const at::Device& device) {
   at::NoGradGuard no_grad;
   const int64_t rows = r.ids.size(0);
+  const PaddedSequences set = sequences_of(r);
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t begin = rows * c / n_chunks, end = rows * (c + 1) / n_chunks;
-    Minibatch mb = slice(r, {}, begin, end, device);
-    at::Tensor logits = engine.forward(mb.ids, mb.attention);
-    at::Tensor logp = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, temperature).logprobs;
-    out.narrow(0, begin, end - begin).narrow(1, 0, logp.size(1)).copy_(logp.cpu());
+    for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
+                                              comm, device)) {
+      at::Tensor logits = mb.forward(engine);
+      mb.put_back(token_logprobs(logits, mb.targets(), temperature).logprobs.cpu(), out);
+    }
   }
   return out * r.loss_mask;
 }
@@ -141,49 +123,24 @@ double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& co
 
 }  // namespace
 
-RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, ShardedModel& model) {
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, ShardedModel& model) {
   const ActorConfig& actor = cfg.actor;
   const at::Device device(me.device);
   const at::ScalarType compute_dtype = dtype_from_name(actor.dtype);
-
-  // ---- text: tokenizer, template, datasets, reward ----
-  auto tokenizer = load_tokenizer(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
-  if (tokenizer->vocab_size() > model.config().vocab_size)
-    throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
-                          model.config().vocab_size));
-  const PromptTemplate tmpl = prompt_template(cfg.chat_template, *tokenizer);
-  std::vector<int64_t> stop_ids = {tokenizer->eos_id()};
-  stop_ids.insert(stop_ids.end(), tmpl.stop_ids.begin(), tmpl.stop_ids.end());
-  const SamplingParams sampling = sampling_params(cfg.gconfig, stop_ids, tokenizer->pad_id());
-  const RewardFn reward = reward_function(cfg.reward_fn);
-
-  const DatasetConfig& td = cfg.train_dataset;
-  PromptDataset train(td.path, td.prompt_key, td.answer_key, td.max_length, *tokenizer, tmpl);
-  if (train.skipped() > 0) log::warn(cat(train.skipped(), " prompts longer than train_dataset.max_length skipped"));
-  std::optional<PromptDataset> valid;
-  if (!cfg.valid_dataset.path.empty()) {
-    const DatasetConfig& vd = cfg.valid_dataset;
-    valid.emplace(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *tokenizer, tmpl);
-  }
+  const Tokenizer& tokenizer = *inputs.tokenizer;
+  const SamplingParams& sampling = inputs.sampling;
+  const RewardFn& reward = inputs.reward;
+  const PromptDataset& train = *inputs.train;
+  const PromptDataset* valid = inputs.valid.get();
 
   // ---- shapes of a step ----
-  const int64_t batch_size = td.batch_size, n_samples = cfg.gconfig.n_samples;
-  if (batch_size % me.world_size != 0)
-    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the world size (",
-                          me.world_size, "): every rank generates for batch_size / world_size prompts"));
-  const int64_t rows = batch_size / me.world_size * n_samples, n_minibatches = actor.ppo_n_minibatches;
-  if (rows < n_minibatches)
-    throw ConfigError(cat("option 'actor.ppo_n_minibatches' = ", n_minibatches, " is more than the ", rows,
-                          " answers each rank has per step (batch_size / world_size * n_samples)"));
-  const int64_t per_epoch = batches_per_epoch(train.size(), batch_size, td.drop_last);
-  if (per_epoch == 0)
-    throw ConfigError(cat(td.path, " has ", train.size(), " usable prompts, fewer than one batch of ", batch_size));
-  int64_t total_steps = per_epoch * cfg.total_train_epochs;
-  if (cfg.total_train_steps > 0) total_steps = std::min(total_steps, cfg.total_train_steps);
-  int64_t parameters = 0;
-  for (const auto& unit : model.units()) parameters += unit.numel;
-  log::info(cat("rl: ", train.size(), " prompts, ", per_epoch, " steps per epoch, ", total_steps, " steps; ",
-                batch_size, " prompts x ", n_samples, " answers per step, ", n_minibatches, " minibatches"));
+  const TrainingSchedule& schedule = inputs.schedule;
+  const int64_t n_samples = cfg.gconfig.n_samples, n_minibatches = actor.ppo_n_minibatches;
+  const int64_t total_steps = schedule.total_steps;
+  const int64_t max_tokens_per_mb = actor.mb_spec.max_tokens_per_mb;
+  log::info(cat("rl: ", train.size(), " prompts, ", schedule.steps_per_epoch, " steps per epoch, ", total_steps,
+                " steps; ", cfg.train_dataset.batch_size, " prompts x ", n_samples, " answers per step, ",
+                n_minibatches, " minibatches"));
 
   // ---- engines ----
   FsdpEngine engine(model, comm, compute_dtype, dtype_from_name(actor.grad_reduce_dtype));
@@ -200,7 +157,7 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
   auto reference_logp = [&](const Rollout& r) {
     FsdpEngine& ref = reference_engine ? *reference_engine : engine;
     ref.set_adapters_enabled(false);
-    at::Tensor logp = score_rollout(ref, r, n_minibatches, actor.temperature, device);
+    at::Tensor logp = score_rollout(ref, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
     ref.set_adapters_enabled(true);
     return logp;
   };
@@ -210,7 +167,7 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
     auto start = Clock::now();
-    double accuracy = evaluate(*valid, model, comm, me, compute_dtype, sampling, *tokenizer, reward,
+    double accuracy = evaluate(*valid, model, comm, me, compute_dtype, sampling, tokenizer, reward,
                                cfg.valid_dataset.batch_size);
     log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
                   " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
@@ -223,38 +180,36 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
   int bad_in_a_row = 0;
   int64_t step = 0;
   for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    std::vector<size_t> order = epoch_order(train.size(), cfg.seed, epoch, td.shuffle);
-    for (int64_t b = 0; b < per_epoch && step < total_steps; ++b, ++step) {
-      const int64_t first = b * batch_size;
-      if (first + batch_size > static_cast<int64_t>(order.size())) break;  // the last partial batch cannot be shared
-      // ---- rollout: this rank's prompts are every world_size-th of the batch ----
+    const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
+    for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
+      const std::vector<size_t>& batch = plan.batches[b];
+      // ---- rollout: this rank's prompts are every world_size-th of the batch (memory
+      // checked for the longest prompt of the data before the init, prepare_job) ----
       auto rollout_start = Clock::now();
       std::vector<const Prompt*> prompts;
-      std::vector<std::vector<int64_t>> inputs;
+      std::vector<std::vector<int64_t>> prompt_ids;
       std::vector<at::Generator> generators;
-      int64_t longest_prompt = 0;
-      for (int64_t i = me.rank; i < batch_size; i += me.world_size) {
-        const size_t index = order[first + i];
+      for (size_t i = me.rank; i < batch.size(); i += me.world_size) {
+        const size_t index = batch[i];
         prompts.push_back(&train[index]);
-        longest_prompt = std::max<int64_t>(longest_prompt, train[index].ids.size());
         for (int64_t s = 0; s < n_samples; ++s) {
-          inputs.push_back(train[index].ids);
+          prompt_ids.push_back(train[index].ids);
           generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
         }
       }
-      check_rollout_memory(model.config(), parameters, compute_dtype, rows, longest_prompt, sampling.max_new_tokens,
-                           device);
+      const int64_t rows = static_cast<int64_t>(prompt_ids.size());
       std::vector<Generated> answers;
       {
         auto policy = gather_policy(model, comm, compute_dtype, device);
-        answers = generate(*policy, inputs, sampling, generators);
+        answers = generate(*policy, prompt_ids, sampling, generators);
       }
-      Rollout r = pack(prompts, n_samples, answers, *tokenizer, reward);
+      Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
       const double rollout_seconds = seconds_since(rollout_start);
 
       // ---- advantages ----
       auto train_start = Clock::now();
-      if (actor.recompute_logprob) r.old_logp = score_rollout(engine, r, n_minibatches, actor.temperature, device);
+      if (actor.recompute_logprob)
+        r.old_logp = score_rollout(engine, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
       at::Tensor ref_logp, kl;
       if (use_reference) {
         ref_logp = reference_logp(r);
@@ -275,28 +230,43 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
       // Sums over this rank's answer tokens: loss, clipped, dual-clipped, entropy.
       double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
       int64_t updates = 0;
+      const PaddedSequences sequences = sequences_of(r);
       for (int64_t m = 0; m < n_minibatches; ++m) {
         const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
-        Minibatch mb = slice(r, advantages, begin, end, device);
         const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
-        at::Tensor logits = engine.forward(mb.ids, mb.attention);
-        TokenLogprobs tl = token_logprobs(logits.narrow(1, 0, mb.targets.size(1)), mb.targets, actor.temperature);
-        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.old_logp, mb.advantages, actor.eps_clip,
-                                         actor.eps_clip_higher, actor.c_clip);
-        at::Tensor local = (pl.loss * mb.loss_mask).sum();
-        at::Tensor total = local.detach().to(at::kDouble).cpu().reshape({1});
-        comm.all_reduce(total, ReduceOp::Sum);
-        if (!std::isfinite(total.item<double>())) {
+        // Micro-batches accumulate gradients. Each one's loss is summed over all ranks
+        // before its backward: a non-finite one skips the whole minibatch's update.
+        optimizer.zero_grad();
+        double total = 0, mb_clipped = 0, mb_dual = 0, mb_entropy = 0;
+        bool finite = true;
+        for (const MicroBatch& mb : micro_batches(sequences, begin, end, max_tokens_per_mb, comm, device)) {
+          at::Tensor logits = mb.forward(engine);
+          const at::Tensor mask = mb.lay_out(r.loss_mask);
+          TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
+          PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(r.old_logp), mb.lay_out(advantages), actor.eps_clip,
+                                           actor.eps_clip_higher, actor.c_clip);
+          at::Tensor local = (pl.loss * mask).sum();
+          at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
+          comm.all_reduce(part, ReduceOp::Sum);
+          if (!std::isfinite(part.item<double>())) {
+            finite = false;
+            break;
+          }
+          // The engine averages gradients over ranks; the factor undoes it, so the
+          // gradient is that of the mean over the minibatch's tokens of all ranks.
+          (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
+          total += part.item<double>();
+          mb_clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
+          mb_dual += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
+          mb_entropy += (tl.entropy * mask).sum().item<double>();
+        }
+        if (!finite) {
           log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
           if (++bad_in_a_row >= kMaxBadStepsInARow)
             throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite loss; stopping "
                                          "(lower optimizer.lr, or check the data and the model)"));
           continue;
         }
-        optimizer.zero_grad();
-        // The engine averages gradients over ranks; the factor undoes it, so the
-        // gradient is that of the mean over the minibatch's tokens of all ranks.
-        (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
         lr = learning_rate(cfg.optimizer, step * n_minibatches + m, total_updates);
         StepResult result = optimizer.step(lr);
         if (result.skipped) {
@@ -308,10 +278,10 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
         bad_in_a_row = 0;
         grad_norm += result.grad_norm;
         ++updates;
-        loss_sum += total.item<double>() / global_tokens;
-        clipped += (pl.clipped.to(at::kFloat) * mb.loss_mask).sum().item<double>();
-        dual += (pl.dual_clipped.to(at::kFloat) * mb.loss_mask).sum().item<double>();
-        entropy += (tl.entropy * mb.loss_mask).sum().item<double>();
+        loss_sum += total / global_tokens;
+        clipped += mb_clipped;
+        dual += mb_dual;
+        entropy += mb_entropy;
       }
       const double train_seconds = seconds_since(train_start);
 
@@ -339,7 +309,9 @@ RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, Shar
       const double n = s(3), tokens = std::max(1.0, s(4));
       const double reward_mean = s(0) / n;
       const double reward_std = std::sqrt(std::max(0.0, s(1) / n - reward_mean * reward_mean));
-      const Stats row = {{"reward_mean", reward_mean},
+      const Stats row = {{"epoch", static_cast<double>(epoch)},
+                         {"prompts", static_cast<double>(batch.size())},
+                         {"reward_mean", reward_mean},
                          {"reward_std", reward_std},
                          {"accuracy", s(2) / n},
                          {"response_length_mean", s(4) / n},

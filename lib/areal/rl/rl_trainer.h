@@ -18,6 +18,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
+#include "areal/rl/job_inputs.h"
 
 namespace areal {
 
@@ -30,7 +31,7 @@ struct RlSummary {
   std::string checkpoint;
 };
 
-// Collective.
-RlSummary run_rl(const Config& cfg, const RankInfo& me, Communicator& comm, ShardedModel& model);
+// Collective. `inputs` from prepare_job.
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, ShardedModel& model);
 
 }  // namespace areal

@@ -12,8 +12,7 @@
 #include "areal/fsdp/save.h"
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
-#include "areal/rl/byte_tokenizer.h"
-#include "areal/rl/epoch_order.h"
+#include "areal/rl/micro_batches.h"
 #include "areal/rl/text_dataset.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -23,44 +22,35 @@
 namespace areal {
 namespace {
 
-// This rank's rows of a batch (every world_size-th), right-padded: ids and mask [rows, T].
-std::pair<at::Tensor, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch, int rank,
-                                            int world_size) {
-  std::vector<const std::vector<int64_t>*> rows;
+// This rank's rows of a batch (every world_size-th), right-padded with `pad`, and the
+// weight of each target [rows, T - 1]: 1 where the target is a token with a loss.
+std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch, int rank,
+                                                 int world_size, int64_t pad) {
+  std::vector<const SftSequence*> rows;
   for (size_t i = rank; i < batch.size(); i += world_size) rows.push_back(&data.sequence(batch[i]));
-  size_t longest = 0;
-  for (auto* row : rows) longest = std::max(longest, row->size());
-  at::Tensor ids = at::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, ByteTokenizer::kEos, at::kLong);
-  at::Tensor mask = at::zeros_like(ids);
+  size_t longest = 2;
+  for (auto* row : rows) longest = std::max(longest, row->ids.size());
+  PaddedSequences set;
+  set.ids = at::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, pad, at::kLong);
+  at::Tensor weights = at::zeros({set.ids.size(0), set.ids.size(1) - 1}, at::kFloat);
   for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t n = static_cast<int64_t>(rows[r]->size());
-    ids[r].narrow(0, 0, n).copy_(at::tensor(*rows[r], at::kLong));
-    mask[r].narrow(0, 0, n).fill_(1);
+    const int64_t n = static_cast<int64_t>(rows[r]->ids.size()), first = std::max<int64_t>(rows[r]->loss_from, 1) - 1;
+    set.ids[r].narrow(0, 0, n).copy_(at::tensor(rows[r]->ids, at::kLong));
+    if (n - 1 > first) weights[r].narrow(0, first, n - 1 - first).fill_(1);  // position t predicts token t + 1
+    set.lengths.push_back(n);
   }
-  return {ids, mask};
+  return {set, weights};
 }
 
 }  // namespace
 
-SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, ShardedModel& model) {
-  const int64_t batch_size = cfg.train_dataset.batch_size;
-  if (batch_size % me.world_size != 0)
-    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the world size (",
-                          me.world_size, "): every rank trains on batch_size / world_size rows"));
-  if (model.config().vocab_size < ByteTokenizer::kVocabSize)
-    throw ConfigError(cat("--job sft uses the byte-level tokenizer (258 tokens); the model's vocab_size is ",
-                          model.config().vocab_size));
-  if (cfg.train_dataset.path.empty()) throw ConfigError("option 'train_dataset.path' is required for --job sft");
-
-  TextDataset data(cfg.train_dataset.path, "text", cfg.train_dataset.max_length);
-  if (data.skipped() > 0) log::warn(cat(data.skipped(), " sequences longer than train_dataset.max_length skipped"));
-  const int64_t per_epoch = static_cast<int64_t>(cfg.train_dataset.drop_last ? data.size() / batch_size
-                                                                              : (data.size() + batch_size - 1) / batch_size);
-  if (per_epoch == 0)
-    throw ConfigError(cat("the dataset has ", data.size(), " sequences, fewer than one batch of ", batch_size));
-  int64_t total_steps = per_epoch * cfg.total_train_epochs;
-  if (cfg.total_train_steps > 0) total_steps = std::min(total_steps, cfg.total_train_steps);
-  log::info(cat("sft: ", data.size(), " sequences, ", per_epoch, " steps per epoch, ", total_steps, " steps"));
+SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
+                   ShardedModel& model) {
+  const TextDataset& data = *inputs.train;
+  const TrainingSchedule& schedule = inputs.schedule;
+  const int64_t total_steps = schedule.total_steps;
+  log::info(cat("sft: ", data.size(), " sequences, ", schedule.steps_per_epoch, " steps per epoch, ", total_steps,
+                " steps"));
 
   const at::Device device(me.device);
   FsdpEngine engine(model, comm, dtype_from_name(cfg.actor.dtype), dtype_from_name(cfg.actor.grad_reduce_dtype));
@@ -78,30 +68,31 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
   SftSummary summary;
   int64_t step = 0;
   for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    std::vector<size_t> order = epoch_order(data.size(), cfg.seed, epoch, cfg.train_dataset.shuffle);
-    for (int64_t b = 0; b < per_epoch && step < total_steps; ++b, ++step) {
+    const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
+    for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
       auto start = std::chrono::steady_clock::now();
-      std::vector<size_t> batch(order.begin() + b * batch_size,
-                                order.begin() + std::min<int64_t>((b + 1) * batch_size, order.size()));
-      if (static_cast<int>(batch.size()) < me.world_size) break;  // a last batch too small to share
-      auto [ids, mask] = rank_rows(data, batch, me.rank, me.world_size);
-      ids = ids.to(device);
-      mask = mask.to(device);
+      const std::vector<size_t>& batch = plan.batches[b];
+      auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, inputs.tokenizer->pad_id());
 
-      // Token-level mean over the global batch: every rank divides by the global count,
-      // and the engine's average over ranks is undone by the factor world_size.
-      at::Tensor logits = engine.forward(ids, mask);
-      const int64_t length = ids.size(1);
-      at::Tensor targets = ids.narrow(1, 1, length - 1);
-      at::Tensor weights = mask.narrow(1, 1, length - 1).to(at::kFloat);
-      at::Tensor token_loss = at::cross_entropy_loss(logits.narrow(1, 0, length - 1).reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                     targets.reshape({-1}), {}, at::Reduction::None);
-      at::Tensor local_sum = (token_loss * weights.reshape({-1})).sum();
-      at::Tensor counts = at::stack({weights.sum(), local_sum.detach()}).to(at::kDouble).cpu();
-      comm.all_reduce(counts, ReduceOp::Sum);
-      const double tokens = counts[0].item<double>(), loss = counts[1].item<double>() / tokens;
+      // Token-level mean over the global batch: every rank divides by the global count
+      // of target tokens, and the engine's average over ranks is undone by the factor
+      // world_size. Micro-batches (actor.mb_spec) accumulate their gradients.
+      at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
+      comm.all_reduce(tokens_all, ReduceOp::Sum);
+      const double tokens = tokens_all.item<double>();
       optimizer.zero_grad();
-      (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
+      at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+      for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
+                                                device)) {
+        at::Tensor logits = mb.forward(engine);
+        at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                       mb.targets().reshape({-1}), {}, at::Reduction::None);
+        at::Tensor local_sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();
+        (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
+        loss_sum += local_sum.detach().to(at::kDouble).cpu();
+      }
+      comm.all_reduce(loss_sum, ReduceOp::Sum);
+      const double loss = loss_sum.item<double>() / tokens;
       const double lr = learning_rate(cfg.optimizer, step, total_steps);
       StepResult result = optimizer.step(lr);
 
@@ -117,7 +108,7 @@ SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, Sh
       const int64_t every = std::max<int64_t>(1, total_steps / 50);
       if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || result.skipped) log::info(line);
       if (me.rank == 0) {
-        stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"grad_norm", result.grad_norm},
+        stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", batch.size()}, {"loss", loss}, {"grad_norm", result.grad_norm},
                                 {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},
                                 {"peak_rss_bytes", peak_rss_bytes()}}
                      .dump()

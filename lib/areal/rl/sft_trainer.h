@@ -1,7 +1,8 @@
 // Supervised fine-tuning on the sharded engine (`--job sft`): next-token loss on a JSONL
-// dataset of texts with the byte-level tokenizer, AdamW with the configured schedule
-// and clipping, a line of stats per step, a Hugging Face checkpoint at the end. Enough
-// to exercise the engine end to end; the RL loop builds on the same pieces.
+// dataset (texts, or prompt/answer pairs with the loss on the answer; text_dataset.h)
+// with the model's tokenizer, micro-batches by token budget (micro_batches.h), AdamW
+// with the configured schedule and clipping, a line of stats per step, a Hugging Face
+// checkpoint at the end.
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
+#include "areal/rl/job_inputs.h"
 
 namespace areal {
 
@@ -20,7 +22,8 @@ struct SftSummary {
 };
 
 // Collective. The loss of a step is the mean over every non-padding target token of
-// the global batch (all ranks), whatever the world size.
-SftSummary run_sft(const Config& cfg, const RankInfo& me, Communicator& comm, ShardedModel& model);
+// the global batch (all ranks), whatever the world size. `inputs` from prepare_job.
+SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
+                   ShardedModel& model);
 
 }  // namespace areal

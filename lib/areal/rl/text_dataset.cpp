@@ -3,30 +3,47 @@
 #include <stdexcept>
 
 #include "areal/rl/builtin_tasks.h"
-#include "areal/rl/byte_tokenizer.h"
 #include "areal/rl/jsonl.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 
-TextDataset::TextDataset(const std::string& path, const std::string& key, int64_t max_length) {
-  ByteTokenizer tokenizer;
-  auto add = [&](const std::string& text) {
-    std::vector<int64_t> ids = tokenizer.encode_document(text);
-    if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) {
+TextDataset::TextDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
+                         int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl) {
+  auto add = [&](SftSequence sequence) {
+    if (max_length > 0 && static_cast<int64_t>(sequence.ids.size()) > max_length) {
       ++skipped_;
       return;
     }
-    sequences_.push_back(std::move(ids));
+    sequences_.push_back(std::move(sequence));
   };
+  auto append = [](std::vector<int64_t>& ids, const std::vector<int64_t>& more) { ids.insert(ids.end(), more.begin(), more.end()); };
+  auto whole_text = [&](const std::string& text) {
+    SftSequence s{tokenizer.prompt_prefix(), 1};
+    append(s.ids, tokenizer.encode(text));
+    s.ids.push_back(tokenizer.eos_id());
+    return s;
+  };
+  // The answer ends with the template's end-of-turn token (<|im_end|>), else EOS.
+  const int64_t answer_end = tmpl.stop_ids.empty() ? tokenizer.eos_id() : tmpl.stop_ids.front();
   if (is_builtin_task(path)) {
-    // A generated task: each text is the prompt followed by its reference answer.
-    for (const auto& example : builtin_task(path)) add(example.prompt + example.answer);
+    for (const auto& example : builtin_task(path)) add(whole_text(example.prompt + example.answer));
   } else {
     for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
-      if (!row.contains(key) || !row[key].is_string())
-        throw std::runtime_error(cat(where, ": no string field '", key, "'"));
-      add(row[key].get<std::string>());
+      if (row.contains("text")) {
+        if (!row["text"].is_string()) throw std::runtime_error(cat(where, ": field 'text' is not a string"));
+        add(whole_text(row["text"].get<std::string>()));
+        return;
+      }
+      for (const std::string& key : {prompt_key, answer_key})
+        if (!row.contains(key) || !row[key].is_string())
+          throw std::runtime_error(cat(where, ": no string field 'text', nor '", prompt_key, "' and '", answer_key,
+                                       "' (train_dataset.prompt_key, answer_key)"));
+      SftSequence s{prompt_tokens(tmpl, tokenizer, row[prompt_key].get<std::string>()), 0};
+      s.loss_from = static_cast<int64_t>(s.ids.size());
+      append(s.ids, tokenizer.encode(row[answer_key].get<std::string>()));
+      s.ids.push_back(answer_end);
+      add(std::move(s));
     });
   }
   if (sequences_.empty()) throw std::runtime_error(cat(path, ": no usable sequences"));

@@ -1,26 +1,40 @@
-// A JSONL file of texts for supervised fine-tuning: one JSON object per line, the text
-// under `key` (or a built-in task, builtin_tasks.h: prompt + answer as the text).
-// Tokenized once; sequences longer than max_length are skipped and counted.
-// Batches come in a seeded order that is the same on every rank.
+// The data of supervised fine-tuning, tokenized once with the model's tokenizer
+// (the byte tokenizer only when asked for or when the model has none). Rows of a JSONL
+// file are either
+//   {"text": ...}                  the whole text is trained on: prefix + text + EOS
+//   {<prompt_key>, <answer_key>}   AReaL's SFT shape: the prompt through the chat
+//                                  template, then the answer and the end-of-turn token;
+//                                  the loss covers the answer (and its end) only
+// A built-in task (builtin_tasks.h) gives prompt + answer as one text. Sequences
+// longer than max_length tokens are skipped and counted.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "areal/rl/chat_template.h"
+#include "areal/rl/tokenizer.h"
+
 namespace areal {
+
+struct SftSequence {
+  std::vector<int64_t> ids;
+  int64_t loss_from = 1;  // tokens [loss_from, size) are predicted with a loss
+};
 
 class TextDataset {
  public:
   // Throws std::runtime_error naming the file and line for unreadable input.
-  TextDataset(const std::string& path, const std::string& key, int64_t max_length);
+  TextDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
+              int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl);
 
   size_t size() const { return sequences_.size(); }
   int64_t skipped() const { return skipped_; }
-  const std::vector<int64_t>& sequence(size_t i) const { return sequences_.at(i); }
+  const SftSequence& sequence(size_t i) const { return sequences_.at(i); }
 
  private:
-  std::vector<std::vector<int64_t>> sequences_;
+  std::vector<SftSequence> sequences_;
   int64_t skipped_ = 0;
 };
 

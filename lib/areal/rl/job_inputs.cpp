@@ -1,0 +1,146 @@
+#include "areal/rl/job_inputs.h"
+
+#include <algorithm>
+
+#include "areal/fsdp/engine.h"
+#include "areal/fsdp/lora.h"
+#include "areal/util/error.h"
+#include "areal/util/log.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+// Runs `load`; a failure to read what an option names (a missing file, a bad row)
+// becomes a ConfigError naming the option.
+template <typename Load>
+auto loaded_for(const std::string& option, Load&& load) {
+  try {
+    return load();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(cat("option '", option, "': ", e.what()));
+  }
+}
+
+void check_batch_size(const Config& cfg, const RankInfo& me, const char* per_rank_work) {
+  const int64_t batch_size = cfg.train_dataset.batch_size;
+  if (batch_size % me.world_size != 0)
+    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the world size (",
+                          me.world_size, "): every rank ", per_rank_work, " batch_size / world_size rows"));
+}
+
+TrainingSchedule training_schedule(const Config& cfg, const RankInfo& me, size_t rows, const char* what) {
+  const DatasetConfig& td = cfg.train_dataset;
+  TrainingSchedule s;
+  s.epochs = {rows, td.batch_size, td.drop_last, td.shuffle, cfg.seed, me.world_size};
+  s.steps_per_epoch = batches_per_epoch(s.epochs);
+  if (s.steps_per_epoch == 0)
+    throw ConfigError(cat("option 'train_dataset.path': ", td.path, " has ", rows, " usable ", what,
+                          ", fewer than one batch of ", td.batch_size,
+                          td.drop_last ? " (train_dataset.drop_last is true)" : cat(" for ", me.world_size, " ranks")));
+  if (const size_t left_out = plan_epoch(s.epochs, 0).left_out; left_out > 0)
+    log::info(cat("each epoch leaves out ", left_out, " of its ", rows, " ", what,
+                  td.drop_last ? " (the last, partial batch: train_dataset.drop_last is true)"
+                               : " so that every rank gets the same number in the last, partial batch"));
+  s.total_steps = s.steps_per_epoch * cfg.total_train_epochs;
+  if (cfg.total_train_steps > 0) s.total_steps = std::min(s.total_steps, cfg.total_train_steps);
+  return s;
+}
+
+// The fewest rows a batch of the epoch has (the last one, when partial and kept).
+size_t smallest_batch(const EpochSpec& spec) {
+  size_t smallest = static_cast<size_t>(spec.batch_size);
+  for (const auto& batch : plan_epoch(spec, 0).batches) smallest = std::min(smallest, batch.size());
+  return smallest;
+}
+
+int64_t longest_prompt(const PromptDataset& data) {
+  int64_t longest = 0;
+  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
+  return longest;
+}
+
+// The model's tokenizer (tokenizer_path, else model_path's tokenizer.json, else the
+// byte tokenizer) and the chat template, checked against the model's vocabulary.
+std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig& model) {
+  auto tokenizer = loaded_for("tokenizer_path", [&] {
+    return load_tokenizer(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
+  });
+  if (tokenizer->vocab_size() > model.vocab_size)
+    throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
+                          model.vocab_size, " (tokenizer_path names another tokenizer; `byte` is the byte-level one)"));
+  return tokenizer;
+}
+
+RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
+  const ActorConfig& actor = cfg.actor;
+  RlInputs in;
+  in.tokenizer = model_tokenizer(cfg, model);
+  in.tmpl = prompt_template(cfg.chat_template, *in.tokenizer);
+  std::vector<int64_t> stop_ids = {in.tokenizer->eos_id()};
+  stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
+  in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
+  in.reward = reward_function(cfg.reward_fn);
+
+  const DatasetConfig& td = cfg.train_dataset;
+  in.train = loaded_for("train_dataset.path", [&] {
+    return std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, in.tmpl);
+  });
+  if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
+  if (!cfg.valid_dataset.path.empty()) {
+    const DatasetConfig& vd = cfg.valid_dataset;
+    in.valid = loaded_for("valid_dataset.path", [&] {
+      return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl);
+    });
+  }
+
+  check_batch_size(cfg, me, "generates for");
+  in.schedule = training_schedule(cfg, me, in.train->size(), "prompts");
+  const int64_t smallest = static_cast<int64_t>(smallest_batch(in.schedule.epochs));
+  const int64_t fewest_rows = smallest / me.world_size * cfg.gconfig.n_samples;
+  if (fewest_rows < actor.ppo_n_minibatches)
+    throw ConfigError(cat("option 'actor.ppo_n_minibatches' = ", actor.ppo_n_minibatches, " is more than the ",
+                          fewest_rows, " answers each rank has in ",
+                          smallest == td.batch_size
+                              ? "a step (batch_size / world_size * n_samples)"
+                              : "the last, partial batch of an epoch (set train_dataset.drop_last true to drop it)"));
+
+  // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
+  // bound for every step, known now.
+  const at::Device device(me.device);
+  const at::ScalarType dtype = dtype_from_name(actor.dtype);
+  check_rollout_memory(model, model.num_parameters(), dtype, td.batch_size / me.world_size * cfg.gconfig.n_samples,
+                       longest_prompt(*in.train), in.sampling.max_new_tokens, device);
+  if (in.valid)
+    check_rollout_memory(model, model.num_parameters(), dtype, cfg.valid_dataset.batch_size, longest_prompt(*in.valid),
+                         in.sampling.max_new_tokens, device);
+  return in;
+}
+
+SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
+  SftInputs in;
+  in.tokenizer = model_tokenizer(cfg, model);
+  const PromptTemplate tmpl = prompt_template(cfg.chat_template, *in.tokenizer);
+  const DatasetConfig& td = cfg.train_dataset;
+  in.train = loaded_for("train_dataset.path", [&] {
+    return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl);
+  });
+  if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " sequences longer than train_dataset.max_length skipped"));
+  check_batch_size(cfg, me, "trains on");
+  in.schedule = training_schedule(cfg, me, in.train->size(), "sequences");
+  return in;
+}
+
+}  // namespace
+
+JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
+  if (cfg.actor.use_lora) lora_spec(cfg.actor);  // unknown target modules
+  JobInputs inputs;
+  if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
+  if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);
+  return inputs;
+}
+
+}  // namespace areal

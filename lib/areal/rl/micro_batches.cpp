@@ -1,0 +1,105 @@
+#include "areal/rl/micro_batches.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace areal {
+
+MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device)
+    : rows_(std::move(rows)), packed_(packed), device_(device) {
+  const int64_t length = set.ids.size(1);
+  targets_ = set.ids.narrow(1, 1, length - 1);
+  for (int64_t r : rows_) lengths_.push_back(set.lengths.at(r));
+  if (packed_) {
+    std::vector<at::Tensor> pieces;
+    for (size_t i = 0; i < rows_.size(); ++i) pieces.push_back(set.ids[rows_[i]].narrow(0, 0, lengths_[i]));
+    // An empty micro-batch (a rank short of sequences) is one padding token with no loss.
+    at::Tensor row = pieces.empty() ? at::zeros({1}, at::kLong) : at::cat(pieces);
+    if (pieces.empty()) lengths_ = {1};
+    ids_ = row.view({1, -1}).to(device_);
+    width_ = row.numel();
+  } else {
+    const int64_t longest = std::max<int64_t>(2, *std::max_element(lengths_.begin(), lengths_.end()));
+    ids_ = set.ids.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, longest).to(device_);
+    width_ = longest - 1;
+  }
+}
+
+at::Tensor MicroBatch::forward(FsdpEngine& engine) const {
+  if (packed_) {
+    return engine.forward(ids_, packed_attention_inputs(engine.model().config(), lengths_, device_, engine.compute_dtype()));
+  }
+  at::Tensor mask = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
+  return engine.forward(ids_, mask.to(at::kLong).to(device_)).narrow(1, 0, width_);
+}
+
+at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {
+  if (!packed_) {
+    return target_values.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, width_).to(device_);
+  }
+  at::Tensor out = at::zeros({1, width_}, target_values.options());
+  int64_t offset = 0;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    // Positions [offset, offset + length - 1) predict the sequence's own next tokens;
+    // its last position predicts nothing.
+    out[0].narrow(0, offset, lengths_[i] - 1).copy_(target_values[rows_[i]].narrow(0, 0, lengths_[i] - 1));
+    offset += lengths_[i];
+  }
+  return out.to(device_);
+}
+
+void MicroBatch::put_back(const at::Tensor& laid_out, at::Tensor& out) const {
+  int64_t offset = 0;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (packed_) {
+      out[rows_[i]].narrow(0, 0, lengths_[i] - 1).copy_(laid_out[0].narrow(0, offset, lengths_[i] - 1));
+      offset += lengths_[i];
+    } else {
+      out[rows_[i]].narrow(0, 0, width_).copy_(laid_out[i]);
+    }
+  }
+}
+
+std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t max_tokens) {
+  std::vector<int64_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  std::vector<std::vector<int64_t>> groups;
+  std::vector<int64_t> used;
+  for (int64_t i : order) {
+    size_t g = 0;
+    while (g < groups.size() && used[g] + lengths[i] > max_tokens) ++g;
+    if (g == groups.size()) {
+      groups.emplace_back();
+      used.push_back(0);
+    }
+    groups[g].push_back(i);
+    used[g] += lengths[i];
+  }
+  for (auto& group : groups) std::sort(group.begin(), group.end());
+  return groups;
+}
+
+std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin, int64_t end, int64_t max_tokens,
+                                      Communicator& comm, const at::Device& device) {
+  std::vector<int64_t> rows(end - begin);
+  std::iota(rows.begin(), rows.end(), begin);
+  if (max_tokens <= 0) return {MicroBatch(set, rows, /*packed=*/false, device)};
+
+  std::vector<int64_t> lengths;
+  for (int64_t r : rows) lengths.push_back(set.lengths.at(r));
+  std::vector<MicroBatch> out;
+  for (const auto& group : first_fit_decreasing(lengths, max_tokens)) {
+    std::vector<int64_t> members;
+    for (int64_t i : group) members.push_back(rows[i]);
+    out.emplace_back(set, std::move(members), /*packed=*/true, device);
+  }
+  at::Tensor count = at::tensor({static_cast<double>(out.size())}, at::kDouble);
+  comm.all_reduce(count, ReduceOp::Max);
+  while (static_cast<double>(out.size()) < count.item<double>()) out.emplace_back(set, std::vector<int64_t>{}, true, device);
+  return out;
+}
+
+}  // namespace areal

@@ -1,0 +1,67 @@
+// Micro-batches by token budget (actor.mb_spec.max_tokens_per_mb, AReaL's name).
+//
+// A minibatch's sequences are trained in micro-batches whose gradients accumulate
+// before one optimizer step. Without a budget (0) the minibatch is one micro-batch of
+// right-padded rows. With a budget, the sequences are split first-fit decreasing into
+// micro-batches of at most max_tokens_per_mb tokens (a longer sequence goes alone),
+// and each micro-batch is ONE packed row without padding: positions restart at every
+// sequence and attention never crosses sequences, so no compute goes to padding.
+// Every rank runs the same number of micro-batches (the most any rank needs; a rank
+// with fewer adds empty ones of one token and no loss), so collectives line up.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/engine.h"
+
+namespace areal {
+
+// Right-padded sequences: what micro-batches are cut from.
+struct PaddedSequences {
+  at::Tensor ids;                // [N, L] on the CPU
+  std::vector<int64_t> lengths;  // real tokens of each row
+};
+
+// One micro-batch. "Target tensors" are the set's [N, L - 1] per-row values aligned with
+// the targets (position t predicts token t + 1): loss masks, old log-probs, advantages,
+// the targets themselves. lay_out() gives them in this micro-batch's shape [R, W], the
+// shape of forward()'s logits without the vocabulary; positions without a target
+// (padding, the last token of a packed sequence) get 0.
+class MicroBatch {
+ public:
+  MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device);
+
+  // Logits [R, W, vocab] for this micro-batch. Collective, like FsdpEngine::forward.
+  at::Tensor forward(FsdpEngine& engine) const;
+  at::Tensor lay_out(const at::Tensor& target_values) const;
+  // The inverse: laid-out values [R, W] written back into the set's [N, L - 1] `out`.
+  void put_back(const at::Tensor& laid_out, at::Tensor& out) const;
+  // The targets, laid out (token t + 1 at position t; 0 where there is none).
+  at::Tensor targets() const { return lay_out(targets_); }
+  const std::vector<int64_t>& rows() const { return rows_; }  // the set's rows, in order
+
+ private:
+  std::vector<int64_t> rows_;
+  std::vector<int64_t> lengths_;  // of rows_
+  bool packed_;
+  at::Device device_;
+  at::Tensor ids_;      // [R, T] on device_
+  at::Tensor targets_;  // the set's [N, L - 1] targets
+  int64_t width_ = 0;   // W
+};
+
+// Groups of `lengths` indices, each summing to at most max_tokens (a longer sequence
+// alone), first-fit decreasing; groups in creation order, indices ascending in each.
+std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t max_tokens);
+
+// The micro-batches of rows [begin, end) of `set`: one padded micro-batch when
+// max_tokens is 0, else packed ones by token budget, as many on every rank (a
+// collective then).
+std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin, int64_t end, int64_t max_tokens,
+                                      Communicator& comm, const at::Device& device);
+
+}  // namespace areal

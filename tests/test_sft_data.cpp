@@ -1,0 +1,39 @@
+// SFT data: text rows train on the whole text, prompt/answer rows (AReaL's SFT shape)
+// only on the answer and its end token, through the chat template.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "areal/rl/byte_tokenizer.h"
+#include "areal/rl/chat_template.h"
+#include "areal/rl/text_dataset.h"
+
+using namespace areal;
+
+TEST_CASE("sft data: text rows and prompt/answer rows", "[sft]") {
+  const auto path = std::filesystem::temp_directory_path() / ("sft_rows_" + std::to_string(::getpid()) + ".jsonl");
+  std::ofstream(path) << R"({"text": "ab"})" "\n" << R"({"q": "1+1=", "a": "2"})" "\n";
+  ByteTokenizer bytes;
+  const PromptTemplate none = prompt_template("none", bytes);
+  TextDataset data(path.string(), "q", "a", 0, bytes, none);
+  REQUIRE(data.size() == 2);
+  // Text: BOS, bytes, EOS; the loss from the first byte on.
+  CHECK(data.sequence(0).ids == std::vector<int64_t>{ByteTokenizer::kBos, 'a', 'b', ByteTokenizer::kEos});
+  CHECK(data.sequence(0).loss_from == 1);
+  // Prompt/answer: the prompt as the template writes it, then the answer and EOS; the
+  // loss starts at the answer.
+  CHECK(data.sequence(1).ids ==
+        std::vector<int64_t>{ByteTokenizer::kBos, '1', '+', '1', '=', '2', ByteTokenizer::kEos});
+  CHECK(data.sequence(1).loss_from == 5);
+  // max_length skips and counts; a row with neither shape names both.
+  TextDataset short_only(path.string(), "q", "a", 4, bytes, none);
+  CHECK(short_only.size() == 1);
+  CHECK(short_only.skipped() == 1);
+  std::ofstream(path) << R"({"question": "x"})" "\n";
+  CHECK_THROWS_WITH(TextDataset(path.string(), "q", "a", 0, bytes, none),
+                    Catch::Matchers::Contains(":1: no string field 'text', nor 'q' and 'a'"));
+  std::filesystem::remove(path);
+}
