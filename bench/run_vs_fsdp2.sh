@@ -35,7 +35,8 @@ else
 fi
 LR=1e-4
 
-# Training rows of exactly SEQ byte tokens (BOS + SEQ-2 bytes + EOS), seeded.
+# Training rows of exactly SEQ byte tokens (BOS + SEQ-2 bytes + EOS), seeded; both sides use
+# the byte tokenizer (areal-train: --tokenizer_path byte, even where the model ships one).
 "$PY" - "$work/train.jsonl" "$((BATCH * STEPS))" "$SEQ" <<'PY'
 import json, random, sys
 random.seed(0)
@@ -62,7 +63,7 @@ for np in $NP_INIT; do
 done
 for np in $NP_TRAIN; do
   echo "== training, areal-train --job sft, -np $np"
-  "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job sft --model_path "$train_model" --actor.dtype float32 \
+  "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job sft --model_path "$train_model" --tokenizer_path byte --actor.dtype float32 \
     --train_dataset.path "$work/train.jsonl" --train_dataset.shuffle false --train_dataset.batch_size "$BATCH" \
     --total_train_steps "$STEPS" --optimizer.lr "$LR" --optimizer.warmup_steps_proportion 0 \
     --optimizer.lr_scheduler_type constant --cluster.fileroot "$work/runs" --experiment_name train \
