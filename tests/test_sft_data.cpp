@@ -1,5 +1,5 @@
 // SFT data: text rows train on the whole text, prompt/answer rows (AReaL's SFT shape)
-// only on the answer and its end token, through the chat template.
+// and built-in tasks only on the answer and its end token, through the chat template.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "areal/rl/builtin_tasks.h"
 #include "areal/rl/byte_tokenizer.h"
 #include "areal/rl/chat_template.h"
 #include "areal/rl/text_dataset.h"
@@ -36,4 +37,19 @@ TEST_CASE("sft data: text rows and prompt/answer rows", "[sft]") {
   CHECK_THROWS_WITH(TextDataset(path.string(), "q", "a", 0, bytes, none),
                     Catch::Matchers::Contains(":1: no string field 'text', nor 'q' and 'a'"));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("sft data: a built-in task is prompt/answer rows (the loss on the answer only)", "[sft]") {
+  ByteTokenizer bytes;
+  const PromptTemplate none = prompt_template("none", bytes);
+  TextDataset data("builtin:arithmetic/sloppy_teacher", "prompt", "answer", 0, bytes, none);
+  const auto examples = builtin_task("builtin:arithmetic/sloppy_teacher");
+  REQUIRE(data.size() == examples.size());
+  for (size_t i : {size_t{0}, size_t{17}, examples.size() - 1}) {
+    std::vector<int64_t> expected = {ByteTokenizer::kBos};
+    for (char c : examples[i].prompt + examples[i].answer) expected.push_back(static_cast<unsigned char>(c));
+    expected.push_back(ByteTokenizer::kEos);
+    CHECK(data.sequence(i).ids == expected);
+    CHECK(data.sequence(i).loss_from == 1 + static_cast<int64_t>(examples[i].prompt.size()));
+  }
 }

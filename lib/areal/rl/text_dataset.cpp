@@ -26,8 +26,15 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
   };
   // The answer ends with the template's end-of-turn token (<|im_end|>), else EOS.
   const int64_t answer_end = tmpl.stop_ids.empty() ? tokenizer.eos_id() : tmpl.stop_ids.front();
+  auto prompt_answer = [&](const std::string& prompt, const std::string& answer) {
+    SftSequence s{prompt_tokens(tmpl, tokenizer, prompt), 0};
+    s.loss_from = static_cast<int64_t>(s.ids.size());
+    append(s.ids, tokenizer.encode(answer));
+    s.ids.push_back(answer_end);
+    return s;
+  };
   if (is_builtin_task(path)) {
-    for (const auto& example : builtin_task(path)) add(whole_text(example.prompt + example.answer));
+    for (const auto& example : builtin_task(path)) add(prompt_answer(example.prompt, example.answer));
   } else {
     for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
       if (row.contains("text")) {
@@ -39,11 +46,7 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
         if (!row.contains(key) || !row[key].is_string())
           throw std::runtime_error(cat(where, ": no string field 'text', nor '", prompt_key, "' and '", answer_key,
                                        "' (train_dataset.prompt_key, answer_key)"));
-      SftSequence s{prompt_tokens(tmpl, tokenizer, row[prompt_key].get<std::string>()), 0};
-      s.loss_from = static_cast<int64_t>(s.ids.size());
-      append(s.ids, tokenizer.encode(row[answer_key].get<std::string>()));
-      s.ids.push_back(answer_end);
-      add(std::move(s));
+      add(prompt_answer(row[prompt_key].get<std::string>(), row[answer_key].get<std::string>()));
     });
   }
   if (sequences_.empty()) throw std::runtime_error(cat(path, ": no usable sequences"));

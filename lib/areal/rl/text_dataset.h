@@ -5,7 +5,7 @@
 //   {<prompt_key>, <answer_key>}   AReaL's SFT shape: the prompt through the chat
 //                                  template, then the answer and the end-of-turn token;
 //                                  the loss covers the answer (and its end) only
-// A built-in task (builtin_tasks.h) gives prompt + answer as one text. Sequences
+// A built-in task (builtin_tasks.h) gives prompt/answer rows. Sequences
 // longer than max_length tokens are skipped and counted.
 #pragma once
 
