@@ -35,7 +35,8 @@ std::map<std::string, at::Tensor> gather_unit_weights(const ShardedModel& model,
 }
 
 void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, const std::string& dir,
-                             at::ScalarType dtype, uint64_t max_shard_bytes, bool merge_adapters) {
+                             at::ScalarType dtype, uint64_t max_shard_bytes, bool merge_adapters,
+                             const std::function<void(const std::string&)>& extra_files) {
   const auto& units = model.units();
   if (comm.rank() != 0) {
     // Follow rank 0's gathers in the same order; rank 0 writes.
@@ -64,43 +65,57 @@ void save_sharded_checkpoint(const ShardedModel& model, Communicator& comm, cons
         }
         return views.at(spec.name);
       },
-      max_shard_bytes);
+      max_shard_bytes, extra_files);
   comm.barrier();
 }
 
-void save_lora_adapters(const ShardedModel& model, Communicator& comm, const ActorConfig& actor,
-                        const std::string& dir) {
+namespace {
+
+// Every LoRA adapter tensor under its PEFT name (`base_model.model.<name>`), gathered on
+// every rank. Collective; adapters are small, so all of them at once.
+std::vector<std::pair<std::string, at::Tensor>> gather_lora_adapters(const ShardedModel& model, Communicator& comm) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
-    at::Tensor flat = model.gather_adapter(layer, comm, at::kFloat);  // adapters are small: all of them at once
+    at::Tensor flat = model.gather_adapter(layer, comm, at::kFloat);
     for (auto& [name, view] : model.adapter_views(layer, flat)) tensors.emplace_back("base_model.model." + name, view);
   }
-  if (comm.rank() == 0) {
-    std::filesystem::create_directories(dir);
-    io::write_safetensors((std::filesystem::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
-    const std::vector<std::string> targets = lora_spec(actor).targets;  // "all-linear" spelled out
-    nlohmann::ordered_json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
-                                     {"r", actor.lora_rank},       {"lora_alpha", actor.lora_alpha},
-                                     {"lora_dropout", 0.0},        {"bias", "none"},
-                                     {"target_modules", targets},  {"fan_in_fan_out", false},
-                                     {"inference_mode", true},     {"base_model_name_or_path", dir}};
-    std::ofstream(std::filesystem::path(dir) / "adapter_config.json") << config.dump(2) << "\n";
-  }
-  comm.barrier();
+  return tensors;
 }
+
+// PEFT's layout in `dir`: adapter_model.safetensors and adapter_config.json.
+void write_lora_adapters(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const ActorConfig& actor,
+                         const std::string& dir) {
+  io::write_safetensors((std::filesystem::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
+  const std::vector<std::string> targets = lora_spec(actor).targets;  // "all-linear" spelled out
+  nlohmann::ordered_json config = {{"peft_type", "LORA"},        {"task_type", "CAUSAL_LM"},
+                                   {"r", actor.lora_rank},       {"lora_alpha", actor.lora_alpha},
+                                   {"lora_dropout", 0.0},        {"bias", "none"},
+                                   {"target_modules", targets},  {"fan_in_fan_out", false},
+                                   {"inference_mode", true},     {"base_model_name_or_path", dir}};
+  std::ofstream out(std::filesystem::path(dir) / "adapter_config.json");
+  out << config.dump(2) << "\n";
+  if (!out.flush()) throw io::CheckpointError(dir + "/adapter_config.json: write failed");
+}
+
+}  // namespace
 
 void save_trained_model(const Config& cfg, const ShardedModel& model, Communicator& comm, const std::string& dir) {
   namespace fs = std::filesystem;
-  save_sharded_checkpoint(model, comm, dir, at::kFloat);
-  if (model.has_adapters()) save_lora_adapters(model, comm, cfg.actor, dir);
-  if (model.has_adapters() && cfg.saver.merge_lora)
-    save_sharded_checkpoint(model, comm, dir + "-merged", at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/true);
-  if (comm.rank() == 0 && !cfg.model_path.empty() && fs::is_directory(cfg.model_path))
+  // Everything of the checkpoint goes into its temporary directory before the swap
+  // (io::write_checkpoint), so a crash never leaves weights without their adapters or
+  // tokenizer under the final name.
+  std::vector<std::pair<std::string, at::Tensor>> adapters;
+  if (model.has_adapters()) adapters = gather_lora_adapters(model, comm);
+  auto extra_files = [&](const std::string& temp_dir) {
+    if (model.has_adapters()) write_lora_adapters(adapters, cfg.actor, temp_dir);
+    if (cfg.model_path.empty() || !fs::is_directory(cfg.model_path)) return;
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                              "generation_config.json", "vocab.json", "merges.txt"})
-      if (fs::exists(fs::path(cfg.model_path) / name))
-        fs::copy_file(fs::path(cfg.model_path) / name, fs::path(dir) / name, fs::copy_options::overwrite_existing);
-  comm.barrier();
+      if (fs::exists(fs::path(cfg.model_path) / name)) fs::copy_file(fs::path(cfg.model_path) / name, fs::path(temp_dir) / name);
+  };
+  save_sharded_checkpoint(model, comm, dir, at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/false, extra_files);
+  if (model.has_adapters() && cfg.saver.merge_lora)
+    save_sharded_checkpoint(model, comm, dir + "-merged", at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/true);
 }
 
 }  // namespace areal

@@ -45,9 +45,14 @@ class CheckpointReader {
 // can produce them one at a time (never the whole model in memory). One file
 // model.safetensors when everything fits in `max_shard_bytes`, else shards
 // model-0000k-of-0000N.safetensors and model.safetensors.index.json (with total_size).
-// Everything goes to a temporary directory first, renamed into place when complete.
+// `extra_files(temp_dir)` adds the caller's files (tokenizer, adapters) next to them.
+// Everything goes to `<dir>.tmp-PID` first, is fsynced, and is swapped into place in
+// one step, so after a crash at any instant `dir` holds either the previous complete
+// checkpoint or the new complete one. Debris of saves whose process died (a crash) is
+// removed first, with a log line.
 void write_checkpoint(const std::string& dir, const std::string& config_json, const std::vector<TensorSpec>& specs,
                       const std::function<at::Tensor(const TensorSpec&)>& tensor_for,
-                      uint64_t max_shard_bytes = uint64_t{5} << 30);
+                      uint64_t max_shard_bytes = uint64_t{5} << 30,
+                      const std::function<void(const std::string& temp_dir)>& extra_files = {});
 
 }  // namespace areal::io
