@@ -196,6 +196,13 @@ TEST_CASE("bad YAML input is reported with file, line and column", "[config][err
     CHECK_THAT(error_of([] { from_yaml("memory_efficient_load: true\n"); }),
                Contains("did you mean 'fsdp.memory_efficient_load'"));
   }
+  SECTION("the same option twice in one file, whether written nested or dotted") {
+    CHECK_THAT(error_of([] { from_yaml("seed: 1\noptimizer:\n  lr: 0.1\nseed: 2\n"); }),
+               Contains("test.yaml:4:1") && Contains("option 'seed' is set twice in this file") &&
+                   Contains("first at test.yaml:1:7"));
+    CHECK_THAT(error_of([] { from_yaml("fsdp:\n  memory_efficient_load: true\nfsdp.memory_efficient_load: false\n"); }),
+               Contains("test.yaml:3:1") && Contains("'fsdp.memory_efficient_load' is set twice"));
+  }
   SECTION("malformed YAML") {
     std::string e = error_of([] { from_yaml("seed: 1\noptimizer: {lr: 0.1\n"); });
     CHECK_THAT(e, Contains("test.yaml:") && Contains("malformed YAML"));

@@ -44,6 +44,10 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
       {"chat template vs tokenizer", rl + "chat_template=llama3", "llama3"},
       {"minibatches vs answers per rank", rl + "actor.ppo_n_minibatches=64", "'actor.ppo_n_minibatches' = 64"},
       {"dataset smaller than a batch", rl + "train_dataset.path=" + two_rows.string(), "fewer than one batch of 4"},
+      {"answers past max_position_embeddings", rl + "gconfig.max_new_tokens=250",
+       "plus gconfig.max_new_tokens (250) is"},
+      {"a huge max_new_tokens (the evaluation once hung on it)", rl + "gconfig.max_new_tokens=100000",
+       "max_position_embeddings (256)"},
       {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the world size (2)"},
       {"sft tokenizer vs vocab", " --job sft --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load "
                                  "true --train_dataset.path " + two_rows.string() + " --train_dataset.batch_size 2 "
@@ -64,5 +68,16 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   INFO(good.output);
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.output, Contains("staged init:"));
+
+  // A stats.jsonl that cannot be written (a directory of that name) ends the job naming it.
+  const fs::path blocked = root / "blocked";
+  fs::create_directories(blocked / "ci-smoke" / "trial0" / "stats.jsonl");
+  Result stats = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN +
+                     " --config configs/ci_smoke.yaml cluster.fileroot=" + blocked.string() +
+                     " total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path=");
+  INFO(stats.output);
+  CHECK(stats.exit_code != 0);
+  CHECK(stats.exit_code != 124);
+  CHECK_THAT(stats.output, Contains("stats.jsonl: cannot write"));
   fs::remove_all(root);
 }

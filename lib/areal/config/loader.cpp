@@ -64,6 +64,10 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     } else {
       raw.items.push_back(value.Scalar());
     }
+    // yaml-cpp keeps both of two equal keys; the later would win without a word.
+    if (auto first = layer.find(name); first != layer.end())
+      throw ConfigError(cat(where, ": option '", name, "' is set twice in this file (first at ",
+                            first->second.origin, ")"));
     layer[name] = raw;
   }
 }

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -27,6 +29,16 @@ std::string write_run_file(const Config& cfg, const std::string& name, const std
   }
   fs::rename(temp, path);
   return path.string();
+}
+
+std::ofstream open_run_log(const Config& cfg, const std::string& name) {
+  const std::filesystem::path path = std::filesystem::path(run_dir(cfg)) / name;
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) throw std::runtime_error(cat(path.parent_path().string(), ": cannot create the run directory: ", ec.message()));
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw std::runtime_error(cat(path.string(), ": cannot write: ", std::strerror(errno)));
+  return out;
 }
 
 }  // namespace areal

@@ -2,6 +2,7 @@
 // as AReaL lays out its runs.
 #pragma once
 
+#include <fstream>
 #include <string>
 
 #include "areal/config/config.h"
@@ -13,5 +14,9 @@ std::string run_dir(const Config& cfg);
 // Writes `text` to run_dir(cfg)/name (creating the directory; temp file + rename).
 // Returns the path written.
 std::string write_run_file(const Config& cfg, const std::string& name, const std::string& text);
+
+// Opens run_dir(cfg)/name afresh (truncated) for a log written line by line, such as
+// stats.jsonl. Throws std::runtime_error naming the path and the reason when it cannot.
+std::ofstream open_run_log(const Config& cfg, const std::string& name);
 
 }  // namespace areal

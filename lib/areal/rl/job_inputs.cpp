@@ -107,6 +107,20 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
                               ? "a step (batch_size / world_size * n_samples)"
                               : "the last, partial batch of an epoch (set train_dataset.drop_last true to drop it)"));
 
+  // Positions: a prompt and its answer must fit the model's max_position_embeddings
+  // (rotary positions past it were never trained; nothing would say so).
+  auto check_positions = [&](const PromptDataset& data, const std::string& option) {
+    const int64_t longest = longest_prompt(data), needed = longest + in.sampling.max_new_tokens;
+    if (model.max_position_embeddings > 0 && needed > model.max_position_embeddings)
+      throw ConfigError(cat("the longest prompt of ", option, " (", longest, " tokens) plus gconfig.max_new_tokens (",
+                            in.sampling.max_new_tokens, ") is ", needed, " positions, more than the model's ",
+                            "max_position_embeddings (", model.max_position_embeddings,
+                            "): lower gconfig.max_new_tokens or set ", option.substr(0, option.find('.')),
+                            ".max_length"));
+  };
+  check_positions(*in.train, "train_dataset.path");
+  if (in.valid) check_positions(*in.valid, "valid_dataset.path");
+
   // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
   // bound for every step, known now.
   const at::Device device(me.device);

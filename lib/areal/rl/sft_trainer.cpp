@@ -60,11 +60,8 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   reset_peak_rss();
 
   std::ofstream stats;
-  if (me.rank == 0) {
-    std::filesystem::create_directories(run_dir(cfg));
-    // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
-    stats.open(std::filesystem::path(run_dir(cfg)) / "stats.jsonl", std::ios::trunc);
-  }
+  // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
+  if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl");
   SftSummary summary;
   int64_t step = 0;
   for (int64_t epoch = 0; step < total_steps; ++epoch) {

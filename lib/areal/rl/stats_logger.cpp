@@ -9,10 +9,9 @@ namespace areal {
 
 StatsLogger::StatsLogger(const Config& cfg, int rank) : active_(rank == 0) {
   if (!active_) return;
-  std::filesystem::create_directories(run_dir(cfg));
   jsonl_path_ = (std::filesystem::path(run_dir(cfg)) / "stats.jsonl").string();
   // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
-  jsonl_.open(jsonl_path_, std::ios::trunc);
+  jsonl_ = open_run_log(cfg, "stats.jsonl");
   if (!cfg.stats_logger.tensorboard.path.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(cfg.stats_logger.tensorboard.path);
 }
