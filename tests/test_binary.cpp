@@ -170,6 +170,25 @@ TEST_CASE("binary: a rank killed by SIGKILL ends the job under mpirun", "[binary
   CHECK_THAT(r.output, Contains("signal 9"));  // mpirun names the dead rank and its signal
 }
 
+TEST_CASE("binary: out of memory is one line saying what to lower, without the torch backtrace", "[binary][fault]") {
+  // 16 rows of 6,000 tokens need about 5 GiB in one step; the address space is capped
+  // at 4.3 GiB (the process starts in about 3), so the first big allocation fails.
+  std::string rows;
+  for (int i = 0; i < 16; ++i) rows += "{\"text\": \"" + std::string(6000, '1') + "\"}\n";
+  const std::string data = temp_file("sft_long_rows.jsonl", rows);
+  const std::string root = (std::filesystem::temp_directory_path() / ("areal_oom_" + std::to_string(::getpid()))).string();
+  Result r = run("ulimit -v 4500000 && timeout 60 " + kBin + " --job sft --init_from_scratch true --train_dataset.path " +
+                 data + " --train_dataset.batch_size 16 --actor.dtype float32 --total_train_steps 1 --cluster.fileroot " +
+                 root);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(count(r.output, "fatal: out of memory: ") == 1);
+  CHECK_THAT(r.output, Contains("you tried to allocate") && Contains("actor.mb_spec.max_tokens_per_mb"));
+  CHECK_THAT(r.output, !Contains("frame #"));  // torch's C++ backtrace
+  std::filesystem::remove(data);
+  std::filesystem::remove_all(root);
+}
+
 TEST_CASE("binary: --job init under mpirun -np 2 loads a checkpoint and prints the stage table", "[binary][mpi][init]") {
   Result r = run(kMpirun2 + " --job init --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load true");
   CHECK(r.exit_code == 0);

@@ -1,6 +1,7 @@
 #include "areal/dist/bootstrap.h"
 
 #include <mpi.h>
+#include <c10/util/Exception.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -131,6 +132,25 @@ void abort_job(int exit_code) {
   std::exit(exit_code);
 }
 
+namespace {
+
+// Torch's message of `e` in one line, without the C++ backtrace that what() appends
+// (dozens of frames per rank). Out of memory also says what to lower.
+std::string torch_error_line(const c10::Error& e) {
+  std::string message = e.what_without_backtrace();
+  bool out_of_memory = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr;
+  for (const char* cpu_words : {"not enough memory", "can't allocate memory"})  // DefaultCPUAllocator
+    out_of_memory = out_of_memory || message.find(cpu_words) != std::string::npos;
+  if (const size_t end = message.find('\n'); end != std::string::npos) message.resize(end);
+  if (!out_of_memory) return message;
+  return cat("out of memory: ", message, " Lower what one step holds: actor.mb_spec.max_tokens_per_mb ",
+             "(training micro-batches), train_dataset.batch_size, gconfig.n_samples or gconfig.max_new_tokens ",
+             "(the rollout), valid_dataset.batch_size (the evaluation); or run on more ranks, or with ",
+             "actor.dtype bfloat16 (docs/training.md, \"Out of memory\").");
+}
+
+}  // namespace
+
 int run_guarded(const std::function<int()>& job) {
   try {
     return job();
@@ -141,6 +161,12 @@ int run_guarded(const std::function<int()>& job) {
     if (rank == 0) log::error(e.what());
     finalize();
     return kExitConfigError;
+  } catch (const c10::Error& e) {
+    log::error(cat("fatal: ", torch_error_line(e)));
+    abort_job(kExitRuntimeError);
+  } catch (const std::bad_alloc&) {
+    log::error("fatal: out of memory: a host allocation failed (std::bad_alloc); see docs/training.md, \"Out of memory\"");
+    abort_job(kExitRuntimeError);
   } catch (const std::exception& e) {
     log::error(cat("fatal: ", e.what()));
     abort_job(kExitRuntimeError);
