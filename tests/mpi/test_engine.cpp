@@ -48,6 +48,21 @@ std::map<std::string, at::Tensor> reference_grads(CausalLM& reference) {
   return grads;
 }
 
+// The single-process reference's loss for the global batch `all` (rows_per_rank rows
+// of each rank in turn): the mean over ranks of each rank's loss, which is what the
+// engine's gradients, averaged over ranks, are the gradient of. Each rank's own loss
+// goes to `per_rank` when given.
+at::Tensor reference_loss(CausalLM& reference, const at::Tensor& all, int64_t rows_per_rank,
+                          std::vector<at::Tensor>* per_rank = nullptr) {
+  std::vector<at::Tensor> losses;
+  for (int64_t r = 0; r * rows_per_rank < all.size(0); ++r) {
+    at::Tensor ids = all.narrow(0, r * rows_per_rank, rows_per_rank);
+    losses.push_back(next_token_loss(reference.forward(ids), ids));
+  }
+  if (per_rank) *per_rank = losses;
+  return at::stack(losses).mean();
+}
+
 void check_grads_equal(const std::map<std::string, at::Tensor>& got, const std::map<std::string, at::Tensor>& want) {
   REQUIRE(got.size() == want.size());
   for (const auto& [param, grad] : got) {
@@ -86,11 +101,7 @@ TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine
     auto reference = load_causal_lm(path, at::kFloat);
     for (auto& p : reference->parameters()) p.requires_grad_(true);
     std::vector<at::Tensor> losses;
-    for (int r = 0; r < g_me.world_size; ++r) {
-      at::Tensor ids = all_ids.narrow(0, r * rows_per_rank, rows_per_rank);
-      losses.push_back(next_token_loss(reference->forward(ids), ids));
-    }
-    at::stack(losses).mean().backward();
+    reference_loss(*reference, all_ids, rows_per_rank, &losses).backward();
     CHECK(std::abs(loss.item<double>() - losses[g_me.rank].item<double>()) < 1e-5);
 
     check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
@@ -119,17 +130,9 @@ TEST_CASE("engine: two forwards, then their backwards, equal a single-process ru
     // The reference: the mean over ranks of each batch's loss, separately and summed.
     auto reference = load_causal_lm(path, at::kFloat);
     for (auto& p : reference->parameters()) p.requires_grad_(true);
-    auto reference_loss = [&](const at::Tensor& all) {
-      std::vector<at::Tensor> losses;
-      for (int r = 0; r < n; ++r) {
-        at::Tensor ids = all.narrow(0, r * rows, rows);
-        losses.push_back(next_token_loss(reference->forward(ids), ids));
-      }
-      return at::stack(losses).mean();
-    };
-    reference_loss(all_a).backward();
+    reference_loss(*reference, all_a, rows).backward();
     const auto want_a = reference_grads(*reference);
-    reference_loss(all_b).backward();
+    reference_loss(*reference, all_b, rows).backward();
     const auto want_sum = reference_grads(*reference);
 
     {  // backward of the sum of both losses
@@ -250,12 +253,7 @@ TEST_CASE("engine: weights after 5 AdamW steps (clipped, decayed) equal a single
     CHECK_FALSE(result.skipped);
 
     reference_optimizer.zero_grad();
-    std::vector<at::Tensor> losses;
-    for (int r = 0; r < g_me.world_size; ++r) {
-      at::Tensor ids = all_ids.narrow(0, r * rows, rows);
-      losses.push_back(next_token_loss(reference->forward(ids), ids));
-    }
-    at::stack(losses).mean().backward();
+    reference_loss(*reference, all_ids, rows).backward();
     double reference_norm = torch::nn::utils::clip_grad_norm_(reference->parameters(), cfg.optimizer.gradient_clipping);
     CHECK(std::abs(result.grad_norm - reference_norm) < 1e-4 * reference_norm);
     clipped = clipped || reference_norm > cfg.optimizer.gradient_clipping;
@@ -326,11 +324,7 @@ TEST_CASE("engine: bfloat16 compute stays within stated tolerances of a float32 
 
     reference_optimizer.zero_grad();
     std::vector<at::Tensor> losses;
-    for (int r = 0; r < g_me.world_size; ++r) {
-      at::Tensor ids = all_ids.narrow(0, r * rows, rows);
-      losses.push_back(next_token_loss(reference->forward(ids), ids));
-    }
-    at::stack(losses).mean().backward();
+    reference_loss(*reference, all_ids, rows, &losses).backward();
     INFO("step " << step);
     CHECK(relative_error(loss.detach(), losses[g_me.rank].detach()) < 1e-2);
     if (step == 0) {
