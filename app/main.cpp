@@ -54,7 +54,7 @@ int run_job(const areal::Config& cfg) {
     // Everything the config, the world size and config.json decide is checked before
     // the (possibly long) load.
     areal::JobInputs inputs = areal::prepare_job(cfg, me, areal::init_model_config(cfg));
-    areal::Communicator comm(me);
+    areal::Communicator comm(me, cfg.cluster.collective_timeout);
     areal::InitResult init = areal::staged_init(cfg, me, comm);
     areal::InitReport report = areal::gather_init_report(init, comm);
     if (me.rank == 0) {

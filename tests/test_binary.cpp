@@ -170,6 +170,29 @@ TEST_CASE("binary: a rank killed by SIGKILL ends the job under mpirun", "[binary
   CHECK_THAT(r.output, Contains("signal 9"));  // mpirun names the dead rank and its signal
 }
 
+TEST_CASE("binary: a stopped rank ends the job after cluster.collective_timeout, named by its silence",
+          "[binary][mpi][fault]") {
+  // Rank 1 of 3 stops itself (SIGSTOP) at the start of SFT step 2; ranks 0 and 2 wait in
+  // the step's first collective, and each ends the job after 3 s saying what it waited in.
+  const std::string root = (std::filesystem::temp_directory_path() / ("areal_stop_" + std::to_string(::getpid()))).string();
+  Result r = run("AREAL_TEST_STOP_AT=sft:step2 AREAL_TEST_STOP_RANK=1 timeout 60 " + std::string(AREAL_MPIRUN) +
+                 " -np 3 " + kBin + " --job sft --init_from_scratch true --train_dataset.path "
+                 "configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 6 --total_train_steps 5 "
+                 "--cluster.collective_timeout 3 --cluster.fileroot " + root);
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);  // not the outer timeout: the job ended by itself
+  CHECK(r.seconds < 40);
+  CHECK_THAT(r.output, Contains("step 1/5") && !Contains("step 2/5"));
+  for (const char* waiting : {"[r0/3]", "[r2/3]"}) {
+    INFO(waiting);
+    CHECK_THAT(r.output, Contains(std::string(waiting) + " ") && Contains("during sft step 2) has not completed after"));
+  }
+  CHECK(count(r.output, "has not completed after") >= 1);
+  CHECK(count(r.output, "[r1/3] ") == 0);  // the stopped rank says nothing
+  std::filesystem::remove_all(root);
+}
+
 TEST_CASE("binary: out of memory is one line saying what to lower, without the torch backtrace", "[binary][fault]") {
   // 16 rows of 6,000 tokens need about 5 GiB in one step; the address space is capped
   // at 4.3 GiB (the process starts in about 3), so the first big allocation fails.

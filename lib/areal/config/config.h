@@ -134,6 +134,7 @@ struct StatsLoggerConfig {
 
 struct ClusterConfig {
   std::string fileroot = "/tmp/areal";
+  double collective_timeout = 1800;  // seconds a collective may wait before the job ends
 };
 
 struct LogConfig {

@@ -175,6 +175,10 @@ std::vector<OptionSpec> declare_options() {
       OPTION(total_train_steps).doc("Stop after this many training steps (0: no limit beyond the epochs).").at_least(0),
 
       OPTION(cluster.fileroot).doc("Root directory for checkpoints, recovery state and logs."),
+      OPTION(cluster.collective_timeout).doc("Seconds a collective may wait for the other ranks before the job "
+                                             "ends, naming it (a stopped or hung rank). Covers the CPU (MPI) "
+                                             "path; allow for the longest phase in which ranks wait for one "
+                                             "another (a save, a long rollout).").at_least(1),
 
       // ---- FSDP engine ----
       OPTION(fsdp.memory_efficient_load)

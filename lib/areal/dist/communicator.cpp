@@ -64,7 +64,9 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-Communicator::Communicator(const RankInfo& me) : rank_(me.rank), world_size_(me.world_size) {
+Communicator::Communicator(const RankInfo& me, double collective_timeout_seconds)
+    : rank_(me.rank), world_size_(me.world_size) {
+  if (collective_timeout_seconds > 0) watchdog_ = std::make_unique<CollectiveWatchdog>(collective_timeout_seconds);
   mpi_ = make_mpi_backend(rank_, world_size_);
   if (starts_with(me.device, "cuda")) {
 #ifdef AREAL_WITH_NCCL
@@ -86,6 +88,7 @@ CommBackend& Communicator::backend_for(const at::Tensor& tensor, const char* cal
 void Communicator::broadcast(at::Tensor& tensor, int root) {
   check_tensor("broadcast", "tensor", tensor);
   check_root("broadcast", root, world_size_);
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "broadcast", tensor.nbytes());
   backend_for(tensor, "broadcast").broadcast(tensor, root);
 }
 
@@ -96,6 +99,7 @@ void Communicator::scatter(const at::Tensor& flat, at::Tensor& out_shard, int ro
     check_tensor("scatter", "flat", flat);
     check_pair("scatter", flat, "flat", out_shard, "out_shard", world_size_);
   }
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "scatter", out_shard.nbytes());
   backend_for(out_shard, "scatter").scatter(flat, out_shard, root);
 }
 
@@ -103,6 +107,7 @@ void Communicator::all_gather(const at::Tensor& shard, at::Tensor& out_full) {
   check_tensor("all_gather", "shard", shard);
   check_tensor("all_gather", "out_full", out_full);
   check_pair("all_gather", out_full, "out_full", shard, "shard", world_size_);
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "all_gather", out_full.nbytes());
   backend_for(shard, "all_gather").all_gather(shard, out_full);
 }
 
@@ -111,16 +116,19 @@ void Communicator::reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_sha
   check_tensor("reduce_scatter", "out_shard", out_shard);
   check_pair("reduce_scatter", flat_in, "flat_in", out_shard, "out_shard", world_size_);
   check_op("reduce_scatter", flat_in, op);
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "reduce_scatter", flat_in.nbytes());
   backend_for(flat_in, "reduce_scatter").reduce_scatter(flat_in, out_shard, op);
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   check_tensor("all_reduce", "tensor", tensor);
   check_op("all_reduce", tensor, op);
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "all_reduce", tensor.nbytes());
   backend_for(tensor, "all_reduce").all_reduce(tensor, op);
 }
 
 void Communicator::barrier() {
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "barrier", 0);
   if (nccl_) nccl_->barrier();
   mpi_->barrier();
 }
@@ -128,6 +136,10 @@ void Communicator::barrier() {
 void Communicator::set_max_message_bytes(int64_t bytes) {
   if (bytes < 1) throw std::invalid_argument("Communicator::set_max_message_bytes: must be >= 1");
   mpi_->set_max_message_bytes(bytes);
+}
+
+void Communicator::set_activity(std::string activity) {
+  if (watchdog_) watchdog_->set_activity(std::move(activity));
 }
 
 }  // namespace areal

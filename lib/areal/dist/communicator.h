@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "areal/dist/collective_watchdog.h"
 #include "areal/dist/bootstrap.h"
 
 namespace areal {
@@ -26,7 +27,9 @@ class CommBackend;
 class Communicator {
  public:
   // MPI always; NCCL too when `me.device` is a CUDA device and NCCL is compiled in.
-  explicit Communicator(const RankInfo& me);
+  // With `collective_timeout_seconds` > 0 a watchdog ends the job when a collective
+  // waits longer than that (collective_watchdog.h).
+  explicit Communicator(const RankInfo& me, double collective_timeout_seconds = 0);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -54,6 +57,9 @@ class Communicator {
   // Tests lower it to exercise the splitting on small buffers.
   void set_max_message_bytes(int64_t bytes);
 
+  // What the job is doing now ("rl step 12"), for the watchdog's message.
+  void set_activity(std::string activity);
+
  private:
   CommBackend& backend_for(const at::Tensor& tensor, const char* call);
 
@@ -61,6 +67,7 @@ class Communicator {
   int world_size_ = 1;
   std::unique_ptr<CommBackend> mpi_;
   std::unique_ptr<CommBackend> nccl_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 const char* reduce_op_name(ReduceOp op);

@@ -183,6 +183,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
     for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
       const std::vector<size_t>& batch = plan.batches[b];
+      comm.set_activity(cat("rl step ", step + 1));
       // ---- rollout: this rank's prompts are every world_size-th of the batch (memory
       // checked for the longest prompt of the data before the init, prepare_job) ----
       auto rollout_start = Clock::now();

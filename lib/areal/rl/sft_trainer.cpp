@@ -14,6 +14,7 @@
 #include "areal/optim/lr_schedule.h"
 #include "areal/rl/micro_batches.h"
 #include "areal/rl/text_dataset.h"
+#include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
@@ -68,6 +69,8 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
     for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
       auto start = std::chrono::steady_clock::now();
+      comm.set_activity(cat("sft step ", step + 1));
+      stop_point(cat("sft:step", step + 1), me.rank);
       const std::vector<size_t>& batch = plan.batches[b];
       auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, inputs.tokenizer->pad_id());
 

@@ -1,5 +1,6 @@
 #include "areal/util/crash_point.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,6 +11,12 @@ namespace areal {
 void crash_point(const char* name) {
   const char* wanted = std::getenv("AREAL_TEST_CRASH_AT");
   if (wanted != nullptr && std::strcmp(wanted, name) == 0) ::_exit(kCrashPointExitCode);
+}
+
+void stop_point(const std::string& name, int rank) {
+  const char* wanted = std::getenv("AREAL_TEST_STOP_AT");
+  const char* wanted_rank = std::getenv("AREAL_TEST_STOP_RANK");
+  if (wanted != nullptr && wanted_rank != nullptr && name == wanted && std::atoi(wanted_rank) == rank) ::raise(SIGSTOP);
 }
 
 }  // namespace areal

@@ -1,14 +1,20 @@
-// Test-only fault injection at named points of code that must survive a crash at any
-// instant (checkpoint saves). When the environment variable AREAL_TEST_CRASH_AT names
+// Test-only fault injection at named points: code that must survive a crash at any
+// instant (checkpoint saves), and a rank that stops (the collective watchdog). When the environment variable AREAL_TEST_CRASH_AT names
 // the point, the process ends there at once with kCrashPointExitCode: no destructors,
 // no flushing, no cleanup, as after kill -9. Unset (always, outside tests) it costs a
 // getenv.
 #pragma once
+
+#include <string>
 
 namespace areal {
 
 constexpr int kCrashPointExitCode = 86;
 
 void crash_point(const char* name);
+
+// The same for a stopped rank: when AREAL_TEST_STOP_AT names the point and
+// AREAL_TEST_STOP_RANK is `rank`, the process stops itself (SIGSTOP), as a hung rank.
+void stop_point(const std::string& name, int rank);
 
 }  // namespace areal
