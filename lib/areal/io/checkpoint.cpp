@@ -49,7 +49,6 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
     out << text;
     if (!out.flush()) throw CheckpointError(cat(temp.string(), ": write failed"));
   }
-  fsync_path(temp);
   fs::rename(temp, path);
 }
 
@@ -256,6 +255,8 @@ void write_checkpoint(const std::string& dir, const std::string& config_json, co
   try {
     write_files(temp_dir, config_json, specs, shards, total, tensor_for);
     if (extra_files) extra_files(temp_dir.string());
+    // One fsync pass over everything (text files, the caller's copies); the safetensors
+    // writer's own fsync leaves nothing dirty for its files, so theirs costs nothing.
     for (const auto& entry : fs::directory_iterator(temp_dir))
       if (entry.is_regular_file()) fsync_path(entry.path());
     fsync_path(temp_dir);
