@@ -261,8 +261,8 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
                Contains("'fsdp.offload_params'") && Contains("not implemented yet"));
     cfg.fsdp.offload_params = false;
-    cfg.recover.mode = "auto";
-    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'recover.mode'") && Contains("resumable runs"));
+    cfg.saver.freq_epochs = 1;
+    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'saver.freq_epochs'") && Contains("periodic saving"));
   }
   SECTION("dual clip must exceed 1") {
     cfg.actor.c_clip = 0.5;

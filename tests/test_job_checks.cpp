@@ -48,6 +48,8 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "plus gconfig.max_new_tokens (250) is"},
       {"a huge max_new_tokens (the evaluation once hung on it)", rl + "gconfig.max_new_tokens=100000",
        "max_position_embeddings (256)"},
+      {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
+       "'recover.mode' = resume: there is no recover checkpoint in"},
       {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the world size (2)"},
       {"sft tokenizer vs vocab", " --job sft --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load "
                                  "true --train_dataset.path " + two_rows.string() + " --train_dataset.batch_size 2 "

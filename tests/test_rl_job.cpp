@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "jsonl_rows.h"
 #include "run_binary.h"
 #include "run_python.h"
 
@@ -26,15 +27,6 @@ fs::path fresh_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-std::vector<json> read_jsonl(const fs::path& path) {
-  std::vector<json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) rows.push_back(json::parse(line));
-  return rows;
 }
 
 }  // namespace

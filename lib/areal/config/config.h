@@ -114,14 +114,17 @@ struct SaverConfig {
   int64_t freq_epochs = 0;  // 0: never
   int64_t freq_steps = 0;
   int64_t freq_secs = 0;
+  int64_t keep_last = 0;    // periodic saves kept (0: all)
 };
 
 struct RecoverConfig {
-  std::string mode = "disabled";
-  int64_t freq_epochs = 0;
+  std::string mode = "disabled";  // disabled/off, auto/on, resume
+  int64_t freq_epochs = 0;        // 0: never
   int64_t freq_steps = 0;
   int64_t freq_secs = 3600;
   int64_t retries = 3;
+  bool no_save_optim = false;
+  bool no_load_optim = false;
 };
 
 struct TensorBoardConfig {

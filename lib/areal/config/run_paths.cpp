@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "areal/util/strings.h"
@@ -31,12 +32,23 @@ std::string write_run_file(const Config& cfg, const std::string& name, const std
   return path.string();
 }
 
-std::ofstream open_run_log(const Config& cfg, const std::string& name) {
+std::ofstream open_run_log(const Config& cfg, const std::string& name, int64_t resumed_step) {
   const std::filesystem::path path = std::filesystem::path(run_dir(cfg)) / name;
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) throw std::runtime_error(cat(path.parent_path().string(), ": cannot create the run directory: ", ec.message()));
-  std::ofstream out(path, std::ios::trunc);
+  if (resumed_step >= 0 && std::filesystem::is_regular_file(path)) {
+    std::string kept, line;
+    std::ifstream old(path);
+    while (std::getline(old, line)) {
+      const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+      if (row.is_object() && row.contains("step") && row["step"].is_number_integer() &&
+          row["step"].get<int64_t>() <= resumed_step)
+        kept += line + "\n";
+    }
+    write_run_file(cfg, name, kept);
+  }
+  std::ofstream out(path, resumed_step >= 0 ? std::ios::app : std::ios::trunc);
   if (!out) throw std::runtime_error(cat(path.string(), ": cannot write: ", std::strerror(errno)));
   return out;
 }

@@ -15,8 +15,11 @@ std::string run_dir(const Config& cfg);
 // Returns the path written.
 std::string write_run_file(const Config& cfg, const std::string& name, const std::string& text);
 
-// Opens run_dir(cfg)/name afresh (truncated) for a log written line by line, such as
-// stats.jsonl. Throws std::runtime_error naming the path and the reason when it cannot.
-std::ofstream open_run_log(const Config& cfg, const std::string& name);
+// Opens run_dir(cfg)/name for a log of JSON lines written step by step, such as
+// stats.jsonl: afresh (truncated), or, for a run resumed after step `resumed_step`
+// (>= 0), keeping the lines of steps up to it (and dropping those of the steps that
+// will run again, and a line torn by a crash) and appending. Throws std::runtime_error
+// naming the path and the reason when it cannot.
+std::ofstream open_run_log(const Config& cfg, const std::string& name, int64_t resumed_step = -1);
 
 }  // namespace areal

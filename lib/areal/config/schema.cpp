@@ -290,17 +290,22 @@ std::vector<OptionSpec> declare_options() {
                                    "(0: only at the end).").at_least(0),
       OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0)
           .planned("periodic saving"),
-      OPTION(recover.mode).doc("Resume from recovery checkpoints: `disabled`, `auto`, `resume`.")
-          .choices({"disabled", "auto", "resume"})
-          .planned("resumable runs"),
-      OPTION(recover.freq_epochs).doc("Write recovery state every N epochs (0: never).").at_least(0)
-          .planned("resumable runs"),
-      OPTION(recover.freq_steps).doc("Write recovery state every N steps (0: never).").at_least(0)
-          .planned("resumable runs"),
-      OPTION(recover.freq_secs).doc("Write recovery state every N seconds (0: never).").at_least(0)
-          .planned("resumable runs"),
-      OPTION(recover.retries).doc("Times a failed run is resumed before giving up.").at_least(0)
-          .planned("resumable runs"),
+      OPTION(saver.keep_last).doc("Periodic Hugging Face saves kept (0: all).").at_least(0)
+          .planned("one directory per periodic save"),
+      OPTION(recover.mode).doc("Resume from <run dir>/recover when it exists: `auto` (or `on`) resumes when "
+                               "there is one and starts afresh when not; `resume` requires one; `disabled` (or "
+                               "`off`) never resumes and writes none. See docs/recovery.md.")
+          .choices({"disabled", "off", "auto", "on", "resume"}),
+      OPTION(recover.freq_epochs).doc("Write a recover checkpoint every N epochs (0: never).").at_least(0),
+      OPTION(recover.freq_steps).doc("Write a recover checkpoint every N steps (0: never).").at_least(0),
+      OPTION(recover.freq_secs).doc("Write a recover checkpoint when N seconds have passed since the last one "
+                                    "(checked after each step; 0: never).").at_least(0),
+      OPTION(recover.retries).doc("How often scripts/areal-run.sh (and the Slurm scripts) start a failed run "
+                                  "again; each start resumes from the last recover checkpoint.").at_least(0),
+      OPTION(recover.no_save_optim).doc("Leave the AdamW moments out of recover checkpoints (smaller; a resumed "
+                                        "run starts the moments from zero)."),
+      OPTION(recover.no_load_optim).doc("Resume the weights and the position but start the AdamW moments "
+                                        "from zero."),
       OPTION(stats_logger.tensorboard.path).doc("Directory for TensorBoard event files (empty: none)."),
 
       // ---- logging ----

@@ -161,6 +161,11 @@ int run_guarded(const std::function<int()>& job) {
     if (rank == 0) log::error(e.what());
     finalize();
     return kExitConfigError;
+  } catch (const StopRequested& e) {
+    // Every rank stopped at the same step, after the recover checkpoint: a clean end.
+    log::warn(e.what());
+    finalize();
+    return kExitStopped;
   } catch (const c10::Error& e) {
     log::error(cat("fatal: ", torch_error_line(e)));
     abort_job(kExitRuntimeError);

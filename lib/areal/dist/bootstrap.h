@@ -42,6 +42,8 @@ void unregister_abort_hook(const void* owner);
 // Runs this rank's part of the job and returns its exit code. What escapes `job`:
 // - a ConfigError, raised alike on every rank (bootstrap makes sure of that): rank 0
 //   prints it once, MPI is finalized, the exit code is 2;
+// - StopRequested, thrown by every rank at the same step after a stop signal: each
+//   logs it, MPI is finalized, the exit code is kExitStopped (75);
 // - anything else is this rank's own failure: it is logged with the rank's prefix and
 //   the whole job ends through abort_job(1), so no rank waits forever in a collective.
 int run_guarded(const std::function<int()>& job);

@@ -1,18 +1,14 @@
 #include "areal/io/checkpoint.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "areal/util/crash_point.h"
+#include "areal/io/atomic_dir.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
@@ -32,16 +28,6 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// Flushes a file's data, or a directory's entries, to the disk.
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError(cat(path.string(), ": cannot open to fsync: ", std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw CheckpointError(cat(path.string(), ": fsync failed: ", std::strerror(err)));
-}
-
 void write_text_atomically(const fs::path& path, const std::string& text) {
   fs::path temp = path.string() + cat(".tmp-", ::getpid());
   {
@@ -50,68 +36,6 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
     if (!out.flush()) throw CheckpointError(cat(temp.string(), ": write failed"));
   }
   fs::rename(temp, path);
-}
-
-// The pid in a name "<base><tag><pid>" (tag ".tmp-" or ".old-"), or -1.
-pid_t debris_pid(const std::string& name, const std::string& base) {
-  for (const char* tag : {".tmp-", ".old-"}) {
-    const std::string prefix = base + tag;
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return -1;
-    return static_cast<pid_t>(std::stol(digits));
-  }
-  return -1;
-}
-
-// Removes what saves of `final_dir` by processes that no longer run left next to it
-// (a crash mid-save): `<dir>.tmp-PID` (a new checkpoint, complete or not) and
-// `<dir>.old-PID` (the one it replaced). A live PID's debris is left alone: another
-// process may be saving. (PIDs are per host: debris on a shared file system from a
-// dead job on another host whose PID is alive here stays until a later save.)
-void remove_dead_saves_debris(const fs::path& final_dir) {
-  const fs::path parent = final_dir.parent_path();
-  const std::string base = final_dir.filename().string();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(parent, ec)) {
-    const std::string name = entry.path().filename().string();
-    const pid_t pid = debris_pid(name, base);
-    if (pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-    std::error_code remove_error;
-    fs::remove_all(entry.path(), remove_error);
-    if (remove_error)
-      log::warn(cat("could not remove ", entry.path().string(), ", left by a save that crashed (process ", pid,
-                    "): ", remove_error.message()));
-    else
-      log::info(cat("removed ", entry.path().string(), ", left by a save that crashed (process ", pid, ")"));
-  }
-}
-
-// Puts the finished `temp_dir` under the name `final_dir`. With an older checkpoint
-// there, renameat2(RENAME_EXCHANGE) swaps the two names in one step, so at every
-// instant the final name holds a complete checkpoint (the old one, then the new one);
-// the old one, now under the temporary name, is removed after. A file system without
-// the exchange (some network ones) gets two renames, with a short window in which the
-// final name is missing and the new checkpoint sits complete under `.tmp-PID`.
-void swap_into_place(const fs::path& temp_dir, const fs::path& final_dir) {
-  if (!fs::exists(final_dir)) {
-    fs::rename(temp_dir, final_dir);
-    crash_point("checkpoint:after_swap");
-    return;
-  }
-  if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
-    crash_point("checkpoint:after_swap");
-    fs::remove_all(temp_dir);
-    return;
-  }
-  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-    throw CheckpointError(cat(final_dir.string(), ": cannot swap in the new checkpoint: ", std::strerror(errno)));
-  const fs::path old_dir = final_dir.string() + cat(".old-", ::getpid());
-  fs::rename(final_dir, old_dir);
-  fs::rename(temp_dir, final_dir);
-  crash_point("checkpoint:after_swap");
-  fs::remove_all(old_dir);
 }
 
 // Writes config.json, the planned shards and (for several shards) the index into temp_dir.
@@ -245,28 +169,16 @@ void write_checkpoint(const std::string& dir, const std::string& config_json, co
     total += specs[i].bytes();
   }
 
-  fs::path final_dir = fs::absolute(dir).lexically_normal();
-  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();  // "run/checkpoint/"
-  const fs::path temp_dir = final_dir.string() + cat(".tmp-", ::getpid());
-  fs::create_directories(final_dir.parent_path());
-  remove_dead_saves_debris(final_dir);
-  fs::remove_all(temp_dir);
-  fs::create_directories(temp_dir);
+  const fs::path final_dir = normalized_dir(dir);
+  const fs::path temp_dir = begin_dir_write(final_dir, ::getpid());
   try {
     write_files(temp_dir, config_json, specs, shards, total, tensor_for);
     if (extra_files) extra_files(temp_dir.string());
-    // One fsync pass over everything (text files, the caller's copies); the safetensors
-    // writer's own fsync leaves nothing dirty for its files, so theirs costs nothing.
-    for (const auto& entry : fs::directory_iterator(temp_dir))
-      if (entry.is_regular_file()) fsync_path(entry.path());
-    fsync_path(temp_dir);
   } catch (...) {
     fs::remove_all(temp_dir);  // a failed save leaves nothing, and an older checkpoint untouched
     throw;
   }
-  crash_point("checkpoint:before_swap");
-  swap_into_place(temp_dir, final_dir);
-  fsync_path(final_dir.parent_path());
+  commit_dir_write(temp_dir, final_dir, "checkpoint");
 }
 
 }  // namespace areal::io

@@ -29,6 +29,11 @@ class ShardedAdamW {
   void zero_grad();
   int64_t steps_taken() const { return step_; }
 
+  // The moments (one per shard, same shape) and the step count, for recover checkpoints.
+  const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
+  void set_steps_taken(int64_t steps) { step_ = steps; }
+
  private:
   std::vector<at::Tensor> shards_, exp_avg_, exp_avg_sq_;
   OptimizerConfig config_;

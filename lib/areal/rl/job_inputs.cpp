@@ -4,6 +4,7 @@
 
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/lora.h"
+#include "areal/recover/run_recovery.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
@@ -154,6 +155,7 @@ JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& 
   JobInputs inputs;
   if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
   if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);
+  if (cfg.job == "rl" || cfg.job == "sft") find_resume_point(cfg);  // its errors, before the load
   return inputs;
 }
 

@@ -12,6 +12,7 @@
 #include "areal/fsdp/save.h"
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
+#include "areal/recover/run_recovery.h"
 #include "areal/rl/advantages.h"
 #include "areal/rl/generation.h"
 #include "areal/rl/micro_batches.h"
@@ -20,6 +21,7 @@
 #include "areal/rl/reward.h"
 #include "areal/rl/stats_logger.h"
 #include "areal/rl/tokenizer.h"
+#include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
@@ -162,7 +164,11 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     return logp;
   };
 
-  StatsLogger stats(cfg, me.rank);
+  // Recover: continue after the last recover checkpoint's step (recover.mode auto).
+  // After the reference copy above, which is of the initial weights either way.
+  RunRecovery recovery(cfg, "rl", schedule.steps_per_epoch, comm, model, optimizer);
+  std::optional<RecoverPoint> resumed = recovery.resume();
+  StatsLogger stats(cfg, me.rank, resumed ? resumed->steps_done : -1);
   RlSummary summary;
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
@@ -173,184 +179,198 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                   " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
     return accuracy;
   };
-  summary.eval_before = run_eval("before training");
-  if (valid) stats.log(0, {{"eval_accuracy", summary.eval_before}});
-
-  const int64_t total_updates = total_steps * n_minibatches;
   int bad_in_a_row = 0;
   int64_t step = 0;
-  for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
-    for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
-      const std::vector<size_t>& batch = plan.batches[b];
-      comm.set_activity(cat("rl step ", step + 1));
-      // ---- rollout: this rank's prompts are every world_size-th of the batch (memory
-      // checked for the longest prompt of the data before the init, prepare_job) ----
-      auto rollout_start = Clock::now();
-      std::vector<const Prompt*> prompts;
-      std::vector<std::vector<int64_t>> prompt_ids;
-      std::vector<at::Generator> generators;
-      for (size_t i = me.rank; i < batch.size(); i += me.world_size) {
-        const size_t index = batch[i];
-        prompts.push_back(&train[index]);
-        for (int64_t s = 0; s < n_samples; ++s) {
-          prompt_ids.push_back(train[index].ids);
-          generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
-        }
-      }
-      const int64_t rows = static_cast<int64_t>(prompt_ids.size());
-      std::vector<Generated> answers;
-      {
-        auto policy = gather_policy(model, comm, compute_dtype, device);
-        answers = generate(*policy, prompt_ids, sampling, generators);
-      }
-      Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
-      const double rollout_seconds = seconds_since(rollout_start);
+  if (resumed) {
+    step = resumed->steps_done;
+    summary.eval_before = resumed->figures["eval_before"];
+    summary.first_reward = resumed->figures["first_reward"];
+    bad_in_a_row = static_cast<int>(resumed->figures["bad_updates_in_a_row"]);
+  } else {
+    summary.eval_before = run_eval("before training");
+    if (valid) stats.log(0, {{"eval_accuracy", summary.eval_before}});
+  }
 
-      // ---- advantages ----
-      auto train_start = Clock::now();
-      if (actor.recompute_logprob)
-        r.old_logp = score_rollout(engine, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
-      at::Tensor ref_logp, kl;
-      if (use_reference) {
-        ref_logp = reference_logp(r);
-        kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
+  const int64_t total_updates = total_steps * n_minibatches;
+  EpochPlan plan;
+  for (; step < total_steps; ++step) {
+    // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
+    const int64_t epoch = step / schedule.steps_per_epoch;
+    const size_t b = static_cast<size_t>(step % schedule.steps_per_epoch);
+    if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, epoch);
+    const std::vector<size_t>& batch = plan.batches[b];
+    comm.set_activity(cat("rl step ", step + 1));
+    fault_points(cat("rl:step", step + 1), me.rank);
+    // ---- rollout: this rank's prompts are every world_size-th of the batch (memory
+    // checked for the longest prompt of the data before the init, prepare_job) ----
+    auto rollout_start = Clock::now();
+    std::vector<const Prompt*> prompts;
+    std::vector<std::vector<int64_t>> prompt_ids;
+    std::vector<at::Generator> generators;
+    for (size_t i = me.rank; i < batch.size(); i += me.world_size) {
+      const size_t index = batch[i];
+      prompts.push_back(&train[index]);
+      for (int64_t s = 0; s < n_samples; ++s) {
+        prompt_ids.push_back(train[index].ids);
+        generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
       }
-      std::vector<double> scores;
-      for (double raw : r.rewards) scores.push_back(transform_reward(raw, actor));
-      at::Tensor advantages = token_advantages(at::tensor(scores, at::kFloat), kl, r.loss_mask, actor.kl_ctl,
-                                               actor.discount, actor.gae_lambda);
-      advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
-
-      // ---- PPO minibatch updates ----
-      at::Tensor mb_tokens = at::zeros({n_minibatches}, at::kDouble);
-      for (int64_t m = 0; m < n_minibatches; ++m)
-        mb_tokens[m] = r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches)
-                           .sum().item<double>();
-      comm.all_reduce(mb_tokens, ReduceOp::Sum);
-      // Sums over this rank's answer tokens: loss, clipped, dual-clipped, entropy.
-      double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
-      int64_t updates = 0;
-      const PaddedSequences sequences = sequences_of(r);
-      for (int64_t m = 0; m < n_minibatches; ++m) {
-        const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
-        const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
-        // Micro-batches accumulate gradients. Each one's loss is summed over all ranks
-        // before its backward: a non-finite one skips the whole minibatch's update.
-        optimizer.zero_grad();
-        double total = 0, mb_clipped = 0, mb_dual = 0, mb_entropy = 0;
-        bool finite = true;
-        for (const MicroBatch& mb : micro_batches(sequences, begin, end, max_tokens_per_mb, comm, device)) {
-          at::Tensor logits = mb.forward(engine);
-          const at::Tensor mask = mb.lay_out(r.loss_mask);
-          TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
-          PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(r.old_logp), mb.lay_out(advantages), actor.eps_clip,
-                                           actor.eps_clip_higher, actor.c_clip);
-          at::Tensor local = (pl.loss * mask).sum();
-          at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
-          comm.all_reduce(part, ReduceOp::Sum);
-          if (!std::isfinite(part.item<double>())) {
-            finite = false;
-            break;
-          }
-          // The engine averages gradients over ranks; the factor undoes it, so the
-          // gradient is that of the mean over the minibatch's tokens of all ranks.
-          (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
-          total += part.item<double>();
-          mb_clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
-          mb_dual += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
-          mb_entropy += (tl.entropy * mask).sum().item<double>();
-        }
-        if (!finite) {
-          log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
-          if (++bad_in_a_row >= kMaxBadStepsInARow)
-            throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite loss; stopping "
-                                         "(lower optimizer.lr, or check the data and the model)"));
-          continue;
-        }
-        lr = learning_rate(cfg.optimizer, step * n_minibatches + m, total_updates);
-        StepResult result = optimizer.step(lr);
-        if (result.skipped) {
-          log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the gradient norm is not finite; skipped"));
-          if (++bad_in_a_row >= kMaxBadStepsInARow)
-            throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite gradient; stopping"));
-          continue;
-        }
-        bad_in_a_row = 0;
-        grad_norm += result.grad_norm;
-        ++updates;
-        loss_sum += total / global_tokens;
-        clipped += mb_clipped;
-        dual += mb_dual;
-        entropy += mb_entropy;
-      }
-      const double train_seconds = seconds_since(train_start);
-
-      // ---- stats over all ranks ----
-      double reward_sum = 0, reward_sq = 0, correct = 0;
-      for (double x : r.rewards) {
-        reward_sum += x;
-        reward_sq += x * x;
-        correct += x > 0;
-      }
-      const double kl_sum = kl.defined() ? kl.sum().item<double>() : 0.0;
-      at::Tensor sums = at::tensor({reward_sum, reward_sq, correct, static_cast<double>(rows),
-                                    static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated), clipped, dual,
-                                    entropy, kl_sum, static_cast<double>(r.reward_failures),
-                                    static_cast<double>(r.ids.numel())},
-                                   at::kDouble);
-      comm.all_reduce(sums, ReduceOp::Sum);
-      // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
-      at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(peak_rss_bytes()),
-                                      rollout_seconds, train_seconds},
-                                     at::kDouble);
-      comm.all_reduce(maxima, ReduceOp::Max);
-      auto s = [&](int i) { return sums[i].item<double>(); };
-      auto mx = [&](int i) { return maxima[i].item<double>(); };
-      const double n = s(3), tokens = std::max(1.0, s(4));
-      const double reward_mean = s(0) / n;
-      const double reward_std = std::sqrt(std::max(0.0, s(1) / n - reward_mean * reward_mean));
-      const Stats row = {{"epoch", static_cast<double>(epoch)},
-                         {"prompts", static_cast<double>(batch.size())},
-                         {"reward_mean", reward_mean},
-                         {"reward_std", reward_std},
-                         {"accuracy", s(2) / n},
-                         {"response_length_mean", s(4) / n},
-                         {"response_length_max", mx(0)},
-                         {"truncated_share", s(5) / n},
-                         {"loss", updates > 0 ? loss_sum / updates : NAN},
-                         {"clip_fraction", s(6) / tokens},
-                         {"dual_clip_fraction", s(7) / tokens},
-                         {"entropy", s(8) / tokens},
-                         {"kl", s(9) / tokens},
-                         {"grad_norm", updates > 0 ? grad_norm / updates : NAN},
-                         {"lr", lr},
-                         {"rollout_seconds", mx(2)},
-                         {"train_seconds", mx(3)},
-                         {"gen_tokens_per_second", s(4) / std::max(1e-9, mx(2))},
-                         {"train_tokens_per_second", s(11) / std::max(1e-9, mx(3))},
-                         {"peak_memory_bytes", mx(1)},
-                         {"reward_failures", s(10)}};
-      if (step == 0) summary.first_reward = reward_mean;
-      summary.last_reward = reward_mean;
-      char line[400];
-      std::snprintf(line, sizeof line,
-                    "step %lld/%lld  reward %.3f+-%.3f  acc %.3f  len %.1f/%.0f  trunc %.2f  loss %.4f  clip %.3f  "
-                    "kl %.4f  ent %.3f  grad %.3f  lr %.2e  rollout %.1fs  train %.1fs  gen %.0f tok/s  mem %s",
-                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), reward_mean, reward_std,
-                    s(2) / n, s(4) / n, mx(0), s(5) / n, updates > 0 ? loss_sum / updates : NAN, s(6) / tokens,
-                    s(9) / tokens, s(8) / tokens, updates > 0 ? grad_norm / updates : NAN, lr, mx(2), mx(3),
-                    s(4) / std::max(1e-9, mx(2)), format_bytes(static_cast<int64_t>(mx(1))).c_str());
-      log::info(line);
-      if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
-      Stats logged = row;
-      const bool last = step + 1 == total_steps;
-      if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
-        logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
-      stats.log(step + 1, logged);
-      if (cfg.saver.freq_steps > 0 && (step + 1) % cfg.saver.freq_steps == 0 && !last)
-        save_trained_model(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
     }
+    const int64_t rows = static_cast<int64_t>(prompt_ids.size());
+    std::vector<Generated> answers;
+    {
+      auto policy = gather_policy(model, comm, compute_dtype, device);
+      answers = generate(*policy, prompt_ids, sampling, generators);
+    }
+    Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
+    const double rollout_seconds = seconds_since(rollout_start);
+
+    // ---- advantages ----
+    auto train_start = Clock::now();
+    if (actor.recompute_logprob)
+      r.old_logp = score_rollout(engine, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
+    at::Tensor ref_logp, kl;
+    if (use_reference) {
+      ref_logp = reference_logp(r);
+      kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
+    }
+    std::vector<double> scores;
+    for (double raw : r.rewards) scores.push_back(transform_reward(raw, actor));
+    at::Tensor advantages = token_advantages(at::tensor(scores, at::kFloat), kl, r.loss_mask, actor.kl_ctl,
+                                             actor.discount, actor.gae_lambda);
+    advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
+
+    // ---- PPO minibatch updates ----
+    at::Tensor mb_tokens = at::zeros({n_minibatches}, at::kDouble);
+    for (int64_t m = 0; m < n_minibatches; ++m)
+      mb_tokens[m] = r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches)
+                         .sum().item<double>();
+    comm.all_reduce(mb_tokens, ReduceOp::Sum);
+    // Sums over this rank's answer tokens: loss, clipped, dual-clipped, entropy.
+    double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
+    int64_t updates = 0;
+    const PaddedSequences sequences = sequences_of(r);
+    for (int64_t m = 0; m < n_minibatches; ++m) {
+      const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
+      const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
+      // Micro-batches accumulate gradients. Each one's loss is summed over all ranks
+      // before its backward: a non-finite one skips the whole minibatch's update.
+      optimizer.zero_grad();
+      double total = 0, mb_clipped = 0, mb_dual = 0, mb_entropy = 0;
+      bool finite = true;
+      for (const MicroBatch& mb : micro_batches(sequences, begin, end, max_tokens_per_mb, comm, device)) {
+        at::Tensor logits = mb.forward(engine);
+        const at::Tensor mask = mb.lay_out(r.loss_mask);
+        TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
+        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(r.old_logp), mb.lay_out(advantages), actor.eps_clip,
+                                         actor.eps_clip_higher, actor.c_clip);
+        at::Tensor local = (pl.loss * mask).sum();
+        at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
+        comm.all_reduce(part, ReduceOp::Sum);
+        if (!std::isfinite(part.item<double>())) {
+          finite = false;
+          break;
+        }
+        // The engine averages gradients over ranks; the factor undoes it, so the
+        // gradient is that of the mean over the minibatch's tokens of all ranks.
+        (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
+        total += part.item<double>();
+        mb_clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
+        mb_dual += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
+        mb_entropy += (tl.entropy * mask).sum().item<double>();
+      }
+      if (!finite) {
+        log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
+        if (++bad_in_a_row >= kMaxBadStepsInARow)
+          throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite loss; stopping "
+                                       "(lower optimizer.lr, or check the data and the model)"));
+        continue;
+      }
+      lr = learning_rate(cfg.optimizer, step * n_minibatches + m, total_updates);
+      StepResult result = optimizer.step(lr);
+      if (result.skipped) {
+        log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the gradient norm is not finite; skipped"));
+        if (++bad_in_a_row >= kMaxBadStepsInARow)
+          throw std::runtime_error(cat(kMaxBadStepsInARow, " updates in a row had a non-finite gradient; stopping"));
+        continue;
+      }
+      bad_in_a_row = 0;
+      grad_norm += result.grad_norm;
+      ++updates;
+      loss_sum += total / global_tokens;
+      clipped += mb_clipped;
+      dual += mb_dual;
+      entropy += mb_entropy;
+    }
+    const double train_seconds = seconds_since(train_start);
+
+    // ---- stats over all ranks ----
+    double reward_sum = 0, reward_sq = 0, correct = 0;
+    for (double x : r.rewards) {
+      reward_sum += x;
+      reward_sq += x * x;
+      correct += x > 0;
+    }
+    const double kl_sum = kl.defined() ? kl.sum().item<double>() : 0.0;
+    at::Tensor sums = at::tensor({reward_sum, reward_sq, correct, static_cast<double>(rows),
+                                  static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated), clipped, dual,
+                                  entropy, kl_sum, static_cast<double>(r.reward_failures),
+                                  static_cast<double>(r.ids.numel())},
+                                 at::kDouble);
+    comm.all_reduce(sums, ReduceOp::Sum);
+    // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
+    at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(peak_rss_bytes()),
+                                    rollout_seconds, train_seconds},
+                                   at::kDouble);
+    comm.all_reduce(maxima, ReduceOp::Max);
+    auto s = [&](int i) { return sums[i].item<double>(); };
+    auto mx = [&](int i) { return maxima[i].item<double>(); };
+    const double n = s(3), tokens = std::max(1.0, s(4));
+    const double reward_mean = s(0) / n;
+    const double reward_std = std::sqrt(std::max(0.0, s(1) / n - reward_mean * reward_mean));
+    const Stats row = {{"epoch", static_cast<double>(epoch)},
+                       {"prompts", static_cast<double>(batch.size())},
+                       {"reward_mean", reward_mean},
+                       {"reward_std", reward_std},
+                       {"accuracy", s(2) / n},
+                       {"response_length_mean", s(4) / n},
+                       {"response_length_max", mx(0)},
+                       {"truncated_share", s(5) / n},
+                       {"loss", updates > 0 ? loss_sum / updates : NAN},
+                       {"clip_fraction", s(6) / tokens},
+                       {"dual_clip_fraction", s(7) / tokens},
+                       {"entropy", s(8) / tokens},
+                       {"kl", s(9) / tokens},
+                       {"grad_norm", updates > 0 ? grad_norm / updates : NAN},
+                       {"lr", lr},
+                       {"rollout_seconds", mx(2)},
+                       {"train_seconds", mx(3)},
+                       {"gen_tokens_per_second", s(4) / std::max(1e-9, mx(2))},
+                       {"train_tokens_per_second", s(11) / std::max(1e-9, mx(3))},
+                       {"peak_memory_bytes", mx(1)},
+                       {"reward_failures", s(10)}};
+    if (step == 0) summary.first_reward = reward_mean;
+    summary.last_reward = reward_mean;
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "step %lld/%lld  reward %.3f+-%.3f  acc %.3f  len %.1f/%.0f  trunc %.2f  loss %.4f  clip %.3f  "
+                  "kl %.4f  ent %.3f  grad %.3f  lr %.2e  rollout %.1fs  train %.1fs  gen %.0f tok/s  mem %s",
+                  static_cast<long long>(step + 1), static_cast<long long>(total_steps), reward_mean, reward_std,
+                  s(2) / n, s(4) / n, mx(0), s(5) / n, updates > 0 ? loss_sum / updates : NAN, s(6) / tokens,
+                  s(9) / tokens, s(8) / tokens, updates > 0 ? grad_norm / updates : NAN, lr, mx(2), mx(3),
+                  s(4) / std::max(1e-9, mx(2)), format_bytes(static_cast<int64_t>(mx(1))).c_str());
+    log::info(line);
+    if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
+    Stats logged = row;
+    const bool last = step + 1 == total_steps;
+    if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
+      logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
+    stats.log(step + 1, logged);
+    if (cfg.saver.freq_steps > 0 && (step + 1) % cfg.saver.freq_steps == 0 && !last)
+      save_trained_model(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
+    recovery.after_step(step + 1, last,
+                        {{"eval_before", summary.eval_before},
+                         {"first_reward", summary.first_reward},
+                         {"bad_updates_in_a_row", static_cast<double>(bad_in_a_row)}});
   }
   summary.steps = step;
   summary.eval_after = run_eval("after training");

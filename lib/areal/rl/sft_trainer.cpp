@@ -12,6 +12,7 @@
 #include "areal/fsdp/save.h"
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
+#include "areal/recover/run_recovery.h"
 #include "areal/rl/micro_batches.h"
 #include "areal/rl/text_dataset.h"
 #include "areal/util/crash_point.h"
@@ -60,62 +61,69 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   const int64_t rss_at_start = current_rss_bytes();
   reset_peak_rss();
 
-  std::ofstream stats;
-  // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
-  if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl");
+  // Recover: continue after the last recover checkpoint's step (recover.mode auto).
+  RunRecovery recovery(cfg, "sft", schedule.steps_per_epoch, comm, model, optimizer);
+  std::optional<RecoverPoint> resumed = recovery.resume();
   SftSummary summary;
-  int64_t step = 0;
-  for (int64_t epoch = 0; step < total_steps; ++epoch) {
-    const EpochPlan plan = plan_epoch(schedule.epochs, epoch);
-    for (size_t b = 0; b < plan.batches.size() && step < total_steps; ++b, ++step) {
-      auto start = std::chrono::steady_clock::now();
-      comm.set_activity(cat("sft step ", step + 1));
-      stop_point(cat("sft:step", step + 1), me.rank);
-      const std::vector<size_t>& batch = plan.batches[b];
-      auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, inputs.tokenizer->pad_id());
+  int64_t step = resumed ? resumed->steps_done : 0;
+  if (resumed) summary.first_loss = resumed->figures["first_loss"];
 
-      // Token-level mean over the global batch: every rank divides by the global count
-      // of target tokens, and the engine's average over ranks is undone by the factor
-      // world_size. Micro-batches (actor.mb_spec) accumulate their gradients.
-      at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
-      comm.all_reduce(tokens_all, ReduceOp::Sum);
-      const double tokens = tokens_all.item<double>();
-      optimizer.zero_grad();
-      at::Tensor loss_sum = at::zeros({1}, at::kDouble);
-      for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
-                                                device)) {
-        at::Tensor logits = mb.forward(engine);
-        at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                       mb.targets().reshape({-1}), {}, at::Reduction::None);
-        at::Tensor local_sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();
-        (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
-        loss_sum += local_sum.detach().to(at::kDouble).cpu();
-      }
-      comm.all_reduce(loss_sum, ReduceOp::Sum);
-      const double loss = loss_sum.item<double>() / tokens;
-      const double lr = learning_rate(cfg.optimizer, step, total_steps);
-      StepResult result = optimizer.step(lr);
+  std::ofstream stats;
+  if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl", resumed ? step : -1);
+  EpochPlan plan;
+  for (; step < total_steps; ++step) {
+    // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
+    const int64_t epoch = step / schedule.steps_per_epoch;
+    const size_t b = static_cast<size_t>(step % schedule.steps_per_epoch);
+    if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, epoch);
+    auto start = std::chrono::steady_clock::now();
+    comm.set_activity(cat("sft step ", step + 1));
+    fault_points(cat("sft:step", step + 1), me.rank);
+    const std::vector<size_t>& batch = plan.batches[b];
+    auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, inputs.tokenizer->pad_id());
 
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (step == 0) summary.first_loss = loss;
-      summary.last_loss = loss;
-      if (result.skipped) log::warn(cat("step ", step + 1, ": gradient norm is not finite; the update was skipped"));
-      char line[256];
-      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  tokens/s %.0f  peak_mem %s",
-                    static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, result.grad_norm, lr,
-                    tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
-      // Every step goes to stats.jsonl; the log shows about 50 lines of a long run.
-      const int64_t every = std::max<int64_t>(1, total_steps / 50);
-      if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || result.skipped) log::info(line);
-      if (me.rank == 0) {
-        stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", batch.size()}, {"loss", loss}, {"grad_norm", result.grad_norm},
-                                {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},
-                                {"peak_rss_bytes", peak_rss_bytes()}}
-                     .dump()
-              << "\n";
-        stats.flush();
-      }
+    // Token-level mean over the global batch: every rank divides by the global count
+    // of target tokens, and the engine's average over ranks is undone by the factor
+    // world_size. Micro-batches (actor.mb_spec) accumulate their gradients.
+    at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
+    comm.all_reduce(tokens_all, ReduceOp::Sum);
+    const double tokens = tokens_all.item<double>();
+    optimizer.zero_grad();
+    at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
+                                              device)) {
+      at::Tensor logits = mb.forward(engine);
+      at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                     mb.targets().reshape({-1}), {}, at::Reduction::None);
+      at::Tensor local_sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();
+      (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
+      loss_sum += local_sum.detach().to(at::kDouble).cpu();
     }
+    comm.all_reduce(loss_sum, ReduceOp::Sum);
+    const double loss = loss_sum.item<double>() / tokens;
+    const double lr = learning_rate(cfg.optimizer, step, total_steps);
+    StepResult result = optimizer.step(lr);
+
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (step == 0) summary.first_loss = loss;
+    summary.last_loss = loss;
+    if (result.skipped) log::warn(cat("step ", step + 1, ": gradient norm is not finite; the update was skipped"));
+    char line[256];
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  tokens/s %.0f  peak_mem %s",
+                  static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, result.grad_norm, lr,
+                  tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
+    // Every step goes to stats.jsonl; the log shows about 50 lines of a long run.
+    const int64_t every = std::max<int64_t>(1, total_steps / 50);
+    if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || result.skipped) log::info(line);
+    if (me.rank == 0) {
+      stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", batch.size()}, {"loss", loss}, {"grad_norm", result.grad_norm},
+                              {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},
+                              {"peak_rss_bytes", peak_rss_bytes()}}
+                   .dump()
+            << "\n";
+      stats.flush();
+    }
+    recovery.after_step(step + 1, step + 1 == total_steps, {{"first_loss", summary.first_loss}});
   }
   summary.steps = step;
   {  // every rank's peak growth and peak, for benchmarks: <run dir>/train_memory.json

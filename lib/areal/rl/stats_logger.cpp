@@ -7,11 +7,10 @@
 
 namespace areal {
 
-StatsLogger::StatsLogger(const Config& cfg, int rank) : active_(rank == 0) {
+StatsLogger::StatsLogger(const Config& cfg, int rank, int64_t resumed_step) : active_(rank == 0) {
   if (!active_) return;
   jsonl_path_ = (std::filesystem::path(run_dir(cfg)) / "stats.jsonl").string();
-  // A fresh run starts a fresh file (resuming, which would append, is not implemented yet).
-  jsonl_ = open_run_log(cfg, "stats.jsonl");
+  jsonl_ = open_run_log(cfg, "stats.jsonl", resumed_step);
   if (!cfg.stats_logger.tensorboard.path.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(cfg.stats_logger.tensorboard.path);
 }

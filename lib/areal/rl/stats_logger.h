@@ -17,7 +17,9 @@ using Stats = std::vector<std::pair<std::string, double>>;  // in the order they
 
 class StatsLogger {
  public:
-  StatsLogger(const Config& cfg, int rank);
+  // `resumed_step` >= 0: a run resumed after that step keeps the file's rows up to it
+  // and appends (open_run_log).
+  StatsLogger(const Config& cfg, int rank, int64_t resumed_step = -1);
   void log(int64_t step, const Stats& stats);
   const std::string& jsonl_path() const { return jsonl_path_; }
 

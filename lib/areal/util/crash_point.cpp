@@ -19,4 +19,16 @@ void stop_point(const std::string& name, int rank) {
   if (wanted != nullptr && wanted_rank != nullptr && name == wanted && std::atoi(wanted_rank) == rank) ::raise(SIGSTOP);
 }
 
+void signal_point(const std::string& name, int rank) {
+  const char* wanted = std::getenv("AREAL_TEST_SIGNAL_AT");
+  const char* wanted_rank = std::getenv("AREAL_TEST_SIGNAL_RANK");
+  if (wanted != nullptr && wanted_rank != nullptr && name == wanted && std::atoi(wanted_rank) == rank) ::raise(SIGTERM);
+}
+
+void fault_points(const std::string& name, int rank) {
+  crash_point(name.c_str());
+  stop_point(name, rank);
+  signal_point(name, rank);
+}
+
 }  // namespace areal

@@ -1,5 +1,6 @@
 // Test-only fault injection at named points: code that must survive a crash at any
-// instant (checkpoint saves), and a rank that stops (the collective watchdog). When the environment variable AREAL_TEST_CRASH_AT names
+// instant (checkpoint saves, training steps), a rank that stops (the collective
+// watchdog), a stop signal (preemption). When the environment variable AREAL_TEST_CRASH_AT names
 // the point, the process ends there at once with kCrashPointExitCode: no destructors,
 // no flushing, no cleanup, as after kill -9. Unset (always, outside tests) it costs a
 // getenv.
@@ -16,5 +17,12 @@ void crash_point(const char* name);
 // The same for a stopped rank: when AREAL_TEST_STOP_AT names the point and
 // AREAL_TEST_STOP_RANK is `rank`, the process stops itself (SIGSTOP), as a hung rank.
 void stop_point(const std::string& name, int rank);
+
+// And a stop signal: when AREAL_TEST_SIGNAL_AT names the point and AREAL_TEST_SIGNAL_RANK
+// is `rank`, the process sends itself SIGTERM, as a scheduler preempting the job.
+void signal_point(const std::string& name, int rank);
+
+// All three at a point that every rank reaches (a training step's start).
+void fault_points(const std::string& name, int rank);
 
 }  // namespace areal
