@@ -261,8 +261,9 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
                Contains("'fsdp.offload_params'") && Contains("not implemented yet"));
     cfg.fsdp.offload_params = false;
-    cfg.saver.freq_epochs = 1;
-    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'saver.freq_epochs'") && Contains("periodic saving"));
+    cfg.actor.gradient_checkpointing = false;
+    CHECK_THAT(error_of([&] { validate_config(cfg); }),
+               Contains("'actor.gradient_checkpointing'") && Contains("keeping activations"));
   }
   SECTION("dual clip must exceed 1") {
     cfg.actor.c_clip = 0.5;

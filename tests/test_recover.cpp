@@ -76,13 +76,13 @@ struct SftRuns {
   }
   ~SftRuns() { fs::remove_all(root); }
 
-  Result sft(int ranks, const std::string& name, const std::string& env) const {
+  Result sft(int ranks, const std::string& name, const std::string& env, const std::string& extra = "") const {
     return run(env + " " + kMpirun + " -np " + std::to_string(ranks) + " " + AREAL_TRAIN_BIN +
                " --job sft --model_path tests/fixtures/models/tiny_chat"
                " --train_dataset.path configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 4"
                " --actor.dtype float32 --optimizer.lr 1e-3 --optimizer.lr_scheduler_type cosine"
                " --optimizer.warmup_steps_proportion 0.2 --total_train_steps 6"
-               " --recover.mode auto --recover.freq_steps 2 --cluster.fileroot " + (root / name).string());
+               " --recover.mode auto --recover.freq_steps 2 --cluster.fileroot " + (root / name).string() + extra);
   }
   fs::path run_dir(const std::string& name) const { return root / name / "areal-train" / "trial0"; }
 
@@ -112,7 +112,7 @@ TEST_CASE("recover: SFT killed at a step and started again ends bit-identical", 
   runs.check_same_as_whole("killed");
 }
 
-TEST_CASE("recover: SIGTERM on one rank stops every rank after the step with a recover checkpoint, exit 75",
+TEST_CASE("recover: SIGTERM or SIGUSR1 on one rank stops every rank after the step with a recover checkpoint, exit 75",
           "[binary][mpi][recover]") {
   SftRuns runs;
   Result stopped = runs.sft(2, "stopped", "AREAL_TEST_SIGNAL_AT=sft:step3 AREAL_TEST_SIGNAL_RANK=1");
@@ -126,6 +126,41 @@ TEST_CASE("recover: SIGTERM on one rank stops every rank after the step with a r
   REQUIRE(resumed.exit_code == 0);
   CHECK_THAT(resumed.output, Contains("recover: resuming after step 3"));
   runs.check_same_as_whole("stopped");
+
+  // Slurm's warning before the time limit (--signal=USR1@...), on rank 0 this time.
+  Result warned = runs.sft(2, "warned", "AREAL_TEST_SIGNAL=USR1 AREAL_TEST_SIGNAL_AT=sft:step2 AREAL_TEST_SIGNAL_RANK=0");
+  INFO(warned.output);
+  CHECK(warned.exit_code == areal::kExitStopped);
+  CHECK_THAT(warned.output, Contains("stopped by SIGUSR1 after step 2"));
+  CHECK(recovered_step(runs.run_dir("warned")) == 2);
+}
+
+TEST_CASE("recover: no_save_optim leaves the moments out, and resuming it needs no_load_optim", "[binary][mpi][recover]") {
+  SftRuns runs;
+  Result killed = runs.sft(2, "light", "AREAL_TEST_CRASH_AT=sft:step6", " --recover.no_save_optim true");
+  INFO(killed.output);
+  REQUIRE(recovered_step(runs.run_dir("light")) == 4);
+  // Weights only: a third of the bytes of the uninterrupted run's recover files.
+  const std::string file = "recover/rank-00000-of-00002.safetensors";
+  const auto light = fs::file_size(runs.run_dir("light") / file), full = fs::file_size(runs.run_dir("whole") / file);
+  CHECK(std::abs(3.0 * static_cast<double>(light) - static_cast<double>(full)) < 3 * 8192.0);
+
+  Result refused = runs.sft(2, "light", "");
+  INFO(refused.output);
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Contains("recover.no_load_optim") && !Contains("staged init"));
+
+  Result resumed = runs.sft(2, "light", "", " --recover.no_load_optim true");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains("AdamW moments start from zero"));
+  const std::vector<json> got = read_jsonl(runs.run_dir("light") / "stats.jsonl");
+  REQUIRE(got.size() == 6);
+  // Step 5's loss and gradient come from the weights after step 4, which are exact; its
+  // update, with fresh moments, is not the uninterrupted run's, so step 6 differs.
+  CHECK(got[4]["loss"] == runs.want[4]["loss"]);
+  CHECK(got[4]["grad_norm"] == runs.want[4]["grad_norm"]);
+  CHECK(got[5]["loss"] != runs.want[5]["loss"]);
 }
 
 TEST_CASE("recover: a run saved at 2 ranks continues at 1 and at 4 ranks", "[binary][mpi][recover]") {
@@ -154,17 +189,21 @@ TEST_CASE("recover: a run saved at 2 ranks continues at 1 and at 4 ranks", "[bin
   }
 }
 
-TEST_CASE("recover: an RL run killed at a step resumes bit-identical (frozen KL reference, evaluation)",
-          "[binary][mpi][recover][rl]") {
-  const fs::path root = fresh_dir("rl");
+namespace {
+
+// Kills a 2-rank RL run (ci_smoke.yaml, 4 steps, `extra` options) at the start of step 4,
+// after the recover checkpoint of step 2, starts it again, and compares it with a run
+// never interrupted.
+void check_rl_resume(const std::string& label, const std::string& extra) {
+  const fs::path root = fresh_dir(label);
   auto rl = [&](const std::string& name, const std::string& env) {
     return run(env + " " + kMpirun + " -np 2 " + AREAL_TRAIN_BIN +
                " --config configs/ci_smoke.yaml total_train_epochs=2 total_train_steps=4 recover.mode=auto"
-               " recover.freq_steps=2 evaluator.freq_steps=3 stats_logger.tensorboard.path= optimizer.lr=1e-3"
+               " recover.freq_steps=2 evaluator.freq_steps=3 stats_logger.tensorboard.path="
                // A random model earns no reward: a constant advantage of 1 (REINFORCE
                // without a baseline) still moves the policy, away from the KL reference.
-               " actor.reward_bias=1 actor.adv_norm.mean_level=none actor.adv_norm.std_level=none"
-               " cluster.fileroot=" + (root / name).string());
+               " actor.reward_bias=1 actor.adv_norm.mean_level=none actor.adv_norm.std_level=none " +
+               extra + " cluster.fileroot=" + (root / name).string());
   };
   auto run_dir = [&](const std::string& name) { return root / name / "ci-smoke" / "trial0"; };
 
@@ -189,9 +228,25 @@ TEST_CASE("recover: an RL run killed at a step resumes bit-identical (frozen KL 
   check_same_stats(read_jsonl(run_dir("killed") / "stats.jsonl"), want,
                    {"rollout_seconds", "train_seconds", "gen_tokens_per_second", "train_tokens_per_second",
                     "peak_memory_bytes"});
-  CHECK(file_bytes(run_dir("killed") / "checkpoint" / "model.safetensors") ==
-        file_bytes(run_dir("whole") / "checkpoint" / "model.safetensors"));
+  for (const char* file : {"model.safetensors", "adapter_model.safetensors"}) {
+    INFO(file);
+    CHECK(fs::exists(run_dir("whole") / "checkpoint" / file) == (std::string(file) == "model.safetensors" ||
+                                                                 extra.find("use_lora") != std::string::npos));
+    CHECK(file_bytes(run_dir("killed") / "checkpoint" / file) == file_bytes(run_dir("whole") / "checkpoint" / file));
+  }
   fs::remove_all(root);
+}
+
+}  // namespace
+
+TEST_CASE("recover: an RL run killed at a step resumes bit-identical (frozen KL reference copy, evaluation)",
+          "[binary][mpi][recover][rl]") {
+  check_rl_resume("rl", "optimizer.lr=1e-3");
+}
+
+TEST_CASE("recover: an RL run with LoRA killed at a step resumes bit-identical (the adapters are what is saved)",
+          "[binary][mpi][recover][rl]") {
+  check_rl_resume("rl_lora", "actor.use_lora=true actor.lora_rank=4 optimizer.lr=1e-2");
 }
 
 TEST_CASE("recover: scripts/areal-run.sh starts a failed run again recover.retries times, each resuming",

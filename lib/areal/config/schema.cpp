@@ -284,14 +284,14 @@ std::vector<OptionSpec> declare_options() {
       // ---- checkpoints, recovery, stats ----
       OPTION(saver.merge_lora).doc("With LoRA, also save the weights with the adapters merged in "
                                    "(W + alpha / rank * B A) to <run dir>/checkpoint-merged."),
-      OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint every N epochs (0: never).").at_least(0)
-          .planned("periodic saving"),
-      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint to <run dir>/checkpoint every N steps "
-                                   "(0: only at the end).").at_least(0),
-      OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint every N seconds (0: never).").at_least(0)
-          .planned("periodic saving"),
-      OPTION(saver.keep_last).doc("Periodic Hugging Face saves kept (0: all).").at_least(0)
-          .planned("one directory per periodic save"),
+      OPTION(saver.freq_epochs).doc("Save a Hugging Face checkpoint to <run dir>/checkpoints/epoch<E>epochstep<S>"
+                                    "globalstep<G> at the end of every N epochs (0: never).").at_least(0),
+      OPTION(saver.freq_steps).doc("Save a Hugging Face checkpoint to <run dir>/checkpoints/epoch<E>epochstep<S>"
+                                   "globalstep<G> every N steps (0: never; the final one goes to "
+                                   "<run dir>/checkpoint either way).").at_least(0),
+      OPTION(saver.freq_secs).doc("Save a Hugging Face checkpoint there when N seconds have passed since the last "
+                                  "(checked after each step; 0: never).").at_least(0),
+      OPTION(saver.keep_last).doc("Periodic saves kept in <run dir>/checkpoints, the newest (0: all).").at_least(0),
       OPTION(recover.mode).doc("Resume from <run dir>/recover when it exists: `auto` (or `on`) resumes when "
                                "there is one and starts afresh when not; `resume` requires one; `disabled` (or "
                                "`off`) never resumes and writes none. See docs/recovery.md.")

@@ -16,6 +16,7 @@
 #include "areal/rl/advantages.h"
 #include "areal/rl/generation.h"
 #include "areal/rl/micro_batches.h"
+#include "areal/rl/periodic_saves.h"
 #include "areal/rl/ppo_loss.h"
 #include "areal/rl/prompt_dataset.h"
 #include "areal/rl/reward.h"
@@ -169,6 +170,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   RunRecovery recovery(cfg, "rl", schedule.steps_per_epoch, comm, model, optimizer);
   std::optional<RecoverPoint> resumed = recovery.resume();
   StatsLogger stats(cfg, me.rank, resumed ? resumed->steps_done : -1);
+  PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
   RlSummary summary;
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
@@ -365,8 +367,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
     stats.log(step + 1, logged);
-    if (cfg.saver.freq_steps > 0 && (step + 1) % cfg.saver.freq_steps == 0 && !last)
-      save_trained_model(cfg, model, comm, (std::filesystem::path(run_dir(cfg)) / "checkpoint").string());
+    saver.after_step(step + 1, last, model);
     recovery.after_step(step + 1, last,
                         {{"eval_before", summary.eval_before},
                          {"first_reward", summary.first_reward},

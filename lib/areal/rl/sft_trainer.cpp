@@ -14,6 +14,7 @@
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
 #include "areal/rl/micro_batches.h"
+#include "areal/rl/periodic_saves.h"
 #include "areal/rl/text_dataset.h"
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"
@@ -70,6 +71,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
 
   std::ofstream stats;
   if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl", resumed ? step : -1);
+  PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
   EpochPlan plan;
   for (; step < total_steps; ++step) {
     // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
@@ -123,6 +125,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
             << "\n";
       stats.flush();
     }
+    saver.after_step(step + 1, step + 1 == total_steps, model);
     recovery.after_step(step + 1, step + 1 == total_steps, {{"first_loss", summary.first_loss}});
   }
   summary.steps = step;

@@ -22,7 +22,9 @@ void stop_point(const std::string& name, int rank) {
 void signal_point(const std::string& name, int rank) {
   const char* wanted = std::getenv("AREAL_TEST_SIGNAL_AT");
   const char* wanted_rank = std::getenv("AREAL_TEST_SIGNAL_RANK");
-  if (wanted != nullptr && wanted_rank != nullptr && name == wanted && std::atoi(wanted_rank) == rank) ::raise(SIGTERM);
+  const char* which = std::getenv("AREAL_TEST_SIGNAL");  // "USR1", else SIGTERM
+  if (wanted != nullptr && wanted_rank != nullptr && name == wanted && std::atoi(wanted_rank) == rank)
+    ::raise(which != nullptr && std::strcmp(which, "USR1") == 0 ? SIGUSR1 : SIGTERM);
 }
 
 void fault_points(const std::string& name, int rank) {

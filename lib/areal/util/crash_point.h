@@ -19,7 +19,8 @@ void crash_point(const char* name);
 void stop_point(const std::string& name, int rank);
 
 // And a stop signal: when AREAL_TEST_SIGNAL_AT names the point and AREAL_TEST_SIGNAL_RANK
-// is `rank`, the process sends itself SIGTERM, as a scheduler preempting the job.
+// is `rank`, the process sends itself SIGTERM (SIGUSR1 with AREAL_TEST_SIGNAL=USR1), as
+// a scheduler preempting the job, or Slurm warning of its time limit.
 void signal_point(const std::string& name, int rank);
 
 // All three at a point that every rank reaches (a training step's start).
