@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <iterator>
+#include <regex>
 
 #include "areal/model/hf_weights.h"
 #include "run_binary.h"
@@ -190,7 +191,31 @@ TEST_CASE("binary: a stopped rank ends the job after cluster.collective_timeout,
   }
   CHECK(count(r.output, "has not completed after") >= 1);
   CHECK(count(r.output, "[r1/3] ") == 0);  // the stopped rank says nothing
+  // Waiting did not spin a core: each waiting rank's thread used well under the 3 s it
+  // waited (it polls at full speed for 0.1 s only, then naps; spinning would be ~3 s).
+  const std::regex used(R"(after (\d+) s \(cluster\.collective_timeout = 3; it used ([0-9.]+) s of CPU meanwhile\))");
+  int reports = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), used), end; it != end; ++it, ++reports) {
+    INFO((*it)[0].str());
+    CHECK(std::stod((*it)[1].str()) >= 3);
+    CHECK(std::stod((*it)[2].str()) < 0.5);
+  }
+  CHECK(reports >= 1);
   std::filesystem::remove_all(root);
+}
+
+TEST_CASE("binary: device work that never completes (a stuck NCCL collective) ends the process after the timeout",
+          "[binary][fault]") {
+  Result stuck = run("timeout 30 " AREAL_FAULT_BIN " queued");
+  INFO(stuck.output);
+  CHECK(stuck.exit_code == 1);
+  CHECK(stuck.seconds < 4);
+  CHECK_THAT(stuck.output, Contains("collective all_gather (4.00 KiB") && Contains("queued on the GPU") &&
+                               Contains("abort hook ran") && !Contains("still running"));
+  Result done = run("timeout 30 " AREAL_FAULT_BIN " queued-done");
+  INFO(done.output);
+  CHECK(done.exit_code == 0);
+  CHECK_THAT(done.output, Contains("still running after 4 s") && !Contains("has not completed"));
 }
 
 TEST_CASE("binary: out of memory is one line saying what to lower, without the torch backtrace", "[binary][fault]") {

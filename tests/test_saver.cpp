@@ -14,22 +14,36 @@
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The directories in <run dir>/checkpoints.
+std::set<std::string> periodic_saves(const fs::path& run_dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(run_dir / "checkpoints")) names.insert(entry.path().filename());
+  return names;
+}
+
+// areal-train --job sft on the tiny chat model (float32), `args` added, in `root`.
+Result sft(const std::string& env, const std::string& args, const fs::path& root) {
+  return run(env + " " + AREAL_TRAIN_BIN + " --job sft --model_path tests/fixtures/models/tiny_chat"
+             " --train_dataset.path configs/data/arithmetic_sft.jsonl --actor.dtype float32 " + args +
+             " --cluster.fileroot " + root.string());
+}
+
+}  // namespace
+
 TEST_CASE("saver: periodic saves go to one directory each, the newest keep_last kept", "[binary][saver]") {
   const fs::path root = fs::temp_directory_path() / ("areal_saver_" + std::to_string(::getpid()));
   fs::remove_all(root);
   // 64 rows in batches of 16: 4 steps per epoch, 3 epochs. Saves after steps 3, 4 (an
   // epoch's end), 6, 8 (an epoch's end), 9; none after 12, the last: step indices
   // 2, 3, 5, 7, 8 from 0, of which the newest 3 stay.
-  Result r = run(std::string(AREAL_TRAIN_BIN) +
-                 " --job sft --model_path tests/fixtures/models/tiny_chat"
-                 " --train_dataset.path configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 16"
-                 " --actor.dtype float32 --total_train_epochs 3 --saver.freq_steps 3 --saver.freq_epochs 1"
-                 " --saver.keep_last 3 --cluster.fileroot " + root.string());
+  Result r = sft("", "--train_dataset.batch_size 16 --total_train_epochs 3 --saver.freq_steps 3"
+                     " --saver.freq_epochs 1 --saver.keep_last 3", root);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const fs::path run_dir = root / "areal-train" / "trial0";
-  std::set<std::string> saves;
-  for (const auto& entry : fs::directory_iterator(run_dir / "checkpoints")) saves.insert(entry.path().filename());
+  const std::set<std::string> saves = periodic_saves(run_dir);
   CHECK(saves == std::set<std::string>{"epoch1epochstep1globalstep5", "epoch1epochstep3globalstep7",
                                        "epoch2epochstep0globalstep8"});
   for (const auto& name : saves)
@@ -43,5 +57,24 @@ TEST_CASE("saver: periodic saves go to one directory each, the newest keep_last 
   CHECK(fs::exists(run_dir / "checkpoint" / "model.safetensors"));
   CHECK(fs::file_size(run_dir / "checkpoint" / "model.safetensors") ==
         fs::file_size(run_dir / "checkpoints" / "epoch2epochstep0globalstep8" / "model.safetensors"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("saver and recover: freq_secs saves after the first step that ends past the interval", "[binary][saver]") {
+  const fs::path root = fs::temp_directory_path() / ("areal_saver_secs_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  // Step 3 sleeps 1.5 s (a test-only hook, util/crash_point.h); the others take
+  // milliseconds. With both intervals at 1 s, both saves happen after step 3 and only
+  // then: the clocks restart at each save, and step 5, the last, is never followed by one.
+  Result r = sft("AREAL_TEST_SLEEP_AT=sft:step3 AREAL_TEST_SLEEP_SECONDS=1.5",
+                 "--train_dataset.batch_size 4 --total_train_steps 5 --saver.freq_secs 1 --recover.mode auto"
+                 " --recover.freq_secs 1", root);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const fs::path run_dir = root / "areal-train" / "trial0";
+  const std::set<std::string> saves = periodic_saves(run_dir);
+  CHECK(saves == std::set<std::string>{"epoch0epochstep2globalstep2"});
+  CHECK_THAT(r.output, Catch::Matchers::Contains("recover: checkpoint after step 3 written"));
+  CHECK_THAT(r.output, !Catch::Matchers::Contains("recover: checkpoint after step 4"));
   fs::remove_all(root);
 }

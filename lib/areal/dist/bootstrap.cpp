@@ -123,8 +123,12 @@ void unregister_abort_hook(const void* owner) {
   std::erase_if(hooks, [owner](const auto& entry) { return entry.first == owner; });
 }
 
-void abort_job(int exit_code) {
+void run_abort_hooks() {
   for (auto& [owner, hook] : abort_hooks()) hook();
+}
+
+void abort_job(int exit_code) {
+  run_abort_hooks();
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -38,6 +38,8 @@ void finalize();
 // Hooks that abort_job runs first, keyed by their owner.
 void register_abort_hook(const void* owner, std::function<void()> hook);
 void unregister_abort_hook(const void* owner);
+// Runs them without ending the process (the collective watchdog, before it exits).
+void run_abort_hooks();
 
 // Runs this rank's part of the job and returns its exit code. What escapes `job`:
 // - a ConfigError, raised alike on every rank (bootstrap makes sure of that): rank 0

@@ -23,7 +23,9 @@ class CommBackend {
 };
 
 std::unique_ptr<CommBackend> make_mpi_backend(int rank, int world_size);
-// Defined only when NCCL is compiled in (AREAL_WITH_NCCL).
-std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device);
+// Defined only when NCCL is compiled in (AREAL_WITH_NCCL). With a `watchdog`, the work
+// each collective queues is watched until it completes (CollectiveWatchdog::watch_queued).
+std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device,
+                                               CollectiveWatchdog* watchdog);
 
 }  // namespace areal

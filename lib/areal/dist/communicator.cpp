@@ -70,7 +70,7 @@ Communicator::Communicator(const RankInfo& me, double collective_timeout_seconds
   mpi_ = make_mpi_backend(rank_, world_size_);
   if (starts_with(me.device, "cuda")) {
 #ifdef AREAL_WITH_NCCL
-    nccl_ = make_nccl_backend(rank_, world_size_, me.local_rank);
+    nccl_ = make_nccl_backend(rank_, world_size_, me.local_rank, watchdog_.get());
 #else
     throw std::runtime_error("device is " + me.device + " but areal-train was built without NCCL");
 #endif

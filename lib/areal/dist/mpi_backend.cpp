@@ -5,6 +5,10 @@
 // chunk is described by a datatype whose extent is the whole shard, so each rank's
 // piece lands in place without staging copies.
 //
+// Every call is MPI's non-blocking form plus wait_all below, which stops polling at
+// full speed once a healthy transfer of that size would be done: a rank that waits for
+// a slow or stopped rank sleeps between polls instead of keeping a core busy.
+//
 // bfloat16 and float16 are reduced in float32: each rank's values are widened, MPI
 // sums in float32, and the result is rounded to 16 bits once at the end. Summing in
 // 16 bits (a custom MPI op) would round after every addition and lose the small
@@ -13,6 +17,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
 
 #include "areal/dist/comm_backend.h"
 #include "areal/dist/mpi_check.h"
@@ -55,6 +62,25 @@ class StridedBlock {
   MPI_Datatype type_;
 };
 
+// Waits until `requests` complete. MPI_Testall also drives MPI's progress, so polling
+// runs at full speed while a healthy collective of `bytes` could still be moving data
+// (0.1 s plus 10 ms per MB, i.e. 100 MB/s at the least); after that the rank is
+// waiting for another rank, and naps between polls (50 us, growing to 1 ms), so a
+// stopped rank does not keep the others' cores busy until the watchdog ends the job.
+void wait_all(MPI_Request* requests, int count, int64_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  const auto spin_until = Clock::now() + std::chrono::duration<double>(0.1 + static_cast<double>(bytes) / 1e8);
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    AREAL_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    if (Clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
 char* bytes(const at::Tensor& t, int64_t element_offset) {
   return static_cast<char*>(t.data_ptr()) + element_offset * t.element_size();
 }
@@ -75,8 +101,10 @@ class MpiBackend final : public CommBackend {
 
   void broadcast(at::Tensor& tensor, int root) override {
     for_each_chunk(tensor.numel(), tensor.element_size(), [&](int64_t offset, int64_t n) {
-      AREAL_MPI_CHECK(MPI_Bcast(bytes(tensor, offset), static_cast<int>(n), mpi_type(tensor.scalar_type()), root,
-                                comm_));
+      MPI_Request request;
+      AREAL_MPI_CHECK(MPI_Ibcast(bytes(tensor, offset), static_cast<int>(n), mpi_type(tensor.scalar_type()), root,
+                                 comm_, &request));
+      wait_all(&request, 1, n * tensor.element_size());
     });
   }
 
@@ -84,14 +112,17 @@ class MpiBackend final : public CommBackend {
     const int64_t shard = out_shard.numel(), size = out_shard.element_size();
     const MPI_Datatype base = mpi_type(out_shard.scalar_type());
     for_each_chunk(shard, size, [&](int64_t offset, int64_t n) {
+      MPI_Request request;
+      std::unique_ptr<StridedBlock> block;  // the root's send type, alive until the wait ends
       if (rank_ == root) {
-        StridedBlock block(base, n, shard, size);
-        AREAL_MPI_CHECK(MPI_Scatter(bytes(flat, offset), 1, block.get(), bytes(out_shard, offset),
-                                    static_cast<int>(n), base, root, comm_));
+        block = std::make_unique<StridedBlock>(base, n, shard, size);
+        AREAL_MPI_CHECK(MPI_Iscatter(bytes(flat, offset), 1, block->get(), bytes(out_shard, offset),
+                                     static_cast<int>(n), base, root, comm_, &request));
       } else {
-        AREAL_MPI_CHECK(MPI_Scatter(nullptr, 0, base, bytes(out_shard, offset), static_cast<int>(n), base, root,
-                                    comm_));
+        AREAL_MPI_CHECK(MPI_Iscatter(nullptr, 0, base, bytes(out_shard, offset), static_cast<int>(n), base, root,
+                                     comm_, &request));
       }
+      wait_all(&request, 1, n * size * world_size_);
     });
   }
 
@@ -100,8 +131,10 @@ class MpiBackend final : public CommBackend {
     const MPI_Datatype base = mpi_type(shard.scalar_type());
     for_each_chunk(count, size, [&](int64_t offset, int64_t n) {
       StridedBlock block(base, n, count, size);
-      AREAL_MPI_CHECK(MPI_Allgather(bytes(shard, offset), static_cast<int>(n), base, bytes(out_full, offset), 1,
-                                    block.get(), comm_));
+      MPI_Request request;
+      AREAL_MPI_CHECK(MPI_Iallgather(bytes(shard, offset), static_cast<int>(n), base, bytes(out_full, offset), 1,
+                                     block.get(), comm_, &request));
+      wait_all(&request, 1, n * size * world_size_);
     });
   }
 
@@ -144,14 +177,20 @@ class MpiBackend final : public CommBackend {
     for_each_chunk(flat.numel(), at::elementSize(work_type), [&](int64_t offset, int64_t n) {
       at::Tensor part = flat.narrow(0, offset, n);
       at::Tensor work = widen ? part.to(at::kFloat) : part;
-      AREAL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, work.data_ptr(), static_cast<int>(n), mpi_type(work_type),
-                                    mpi_op(op), comm_));
+      MPI_Request request;
+      AREAL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, work.data_ptr(), static_cast<int>(n), mpi_type(work_type),
+                                     mpi_op(op), comm_, &request));
+      wait_all(&request, 1, n * work.element_size());
       if (op == ReduceOp::Avg) work.div_(world_size_);
       if (widen) part.copy_(work);
     });
   }
 
-  void barrier() override { AREAL_MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    MPI_Request request;
+    AREAL_MPI_CHECK(MPI_Ibarrier(comm_, &request));
+    wait_all(&request, 1, 0);
+  }
 
  private:
   // Calls fn(offset, n) for consecutive pieces of `count` elements, each at most
@@ -166,8 +205,10 @@ class MpiBackend final : public CommBackend {
   void sendrecv(const at::Tensor& send, int to, at::Tensor& recv, int from) {
     const MPI_Datatype type = mpi_type(send.scalar_type());
     for_each_chunk(send.numel(), send.element_size(), [&](int64_t offset, int64_t n) {
-      AREAL_MPI_CHECK(MPI_Sendrecv(bytes(send, offset), static_cast<int>(n), type, to, 0, bytes(recv, offset),
-                                   static_cast<int>(n), type, from, 0, comm_, MPI_STATUS_IGNORE));
+      MPI_Request requests[2];
+      AREAL_MPI_CHECK(MPI_Irecv(bytes(recv, offset), static_cast<int>(n), type, from, 0, comm_, &requests[0]));
+      AREAL_MPI_CHECK(MPI_Isend(bytes(send, offset), static_cast<int>(n), type, to, 0, comm_, &requests[1]));
+      wait_all(requests, 2, 2 * n * send.element_size());
     });
   }
 

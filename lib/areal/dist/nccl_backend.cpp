@@ -6,7 +6,9 @@
 // ready), and another makes the caller's stream wait for the collective (so the
 // outputs are ready before anything reads them). The tensors are recorded on the
 // NCCL stream so the caching allocator does not reuse their memory too early.
-// NCCL counts are size_t: no message splitting is needed here.
+// NCCL counts are size_t: no message splitting is needed here. Each collective's
+// completion event also goes to the collective watchdog, which ends the job when the
+// queued work does not complete in time (a stopped peer) after aborting the communicator.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -16,6 +18,7 @@
 #include <nccl.h>
 
 #include <initializer_list>
+#include <memory>
 
 #include "areal/dist/comm_backend.h"
 #include "areal/dist/mpi_check.h"
@@ -55,8 +58,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class NcclBackend final : public CommBackend {
  public:
-  NcclBackend(int rank, int world_size, int cuda_device)
+  NcclBackend(int rank, int world_size, int cuda_device, CollectiveWatchdog* watchdog)
       : rank_(rank),
+        watchdog_(watchdog),
         device_(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_device))),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
     c10::cuda::CUDAGuard guard(device_);
@@ -73,7 +77,7 @@ class NcclBackend final : public CommBackend {
   }
 
   void broadcast(at::Tensor& tensor, int root) override {
-    run({tensor}, [&] {
+    run("broadcast", tensor.nbytes(), {tensor}, [&] {
       AREAL_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                      nccl_type(tensor.scalar_type()), root, comm_, stream_));
     });
@@ -85,7 +89,7 @@ class NcclBackend final : public CommBackend {
     const ncclDataType_t type = nccl_type(out_shard.scalar_type());
     std::vector<at::Tensor> used = {out_shard};
     if (rank_ == root) used.push_back(flat);
-    run(used, [&] {
+    run("scatter", out_shard.nbytes(), used, [&] {
       AREAL_NCCL_CHECK(ncclGroupStart());
       if (rank_ == root) {
         for (int r = 0; r < world_size(); ++r)
@@ -98,21 +102,21 @@ class NcclBackend final : public CommBackend {
   }
 
   void all_gather(const at::Tensor& shard, at::Tensor& out_full) override {
-    run({shard, out_full}, [&] {
+    run("all_gather", out_full.nbytes(), {shard, out_full}, [&] {
       AREAL_NCCL_CHECK(ncclAllGather(shard.data_ptr(), out_full.data_ptr(), shard.numel(),
                                      nccl_type(shard.scalar_type()), comm_, stream_));
     });
   }
 
   void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
-    run({flat_in, out_shard}, [&] {
+    run("reduce_scatter", flat_in.nbytes(), {flat_in, out_shard}, [&] {
       AREAL_NCCL_CHECK(ncclReduceScatter(flat_in.data_ptr(), out_shard.data_ptr(), out_shard.numel(),
                                          nccl_type(flat_in.scalar_type()), nccl_op(op), comm_, stream_));
     });
   }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
-    run({tensor}, [&] {
+    run("all_reduce", tensor.nbytes(), {tensor}, [&] {
       AREAL_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                      nccl_type(tensor.scalar_type()), nccl_op(op), comm_, stream_));
     });
@@ -128,9 +132,9 @@ class NcclBackend final : public CommBackend {
   }
 
   // Orders `collective` (queued on stream_) after the caller's stream and before
-  // whatever the caller queues next.
+  // whatever the caller queues next; the watchdog polls its completion.
   template <typename Fn>
-  void run(const std::vector<at::Tensor>& tensors, Fn collective) {
+  void run(const char* name, int64_t bytes, const std::vector<at::Tensor>& tensors, Fn collective) {
     c10::cuda::CUDAGuard guard(device_);
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
     at::cuda::CUDAEvent inputs_ready;
@@ -138,12 +142,14 @@ class NcclBackend final : public CommBackend {
     inputs_ready.block(stream_);
     collective();
     for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
-    at::cuda::CUDAEvent outputs_ready;
-    outputs_ready.record(stream_);
-    outputs_ready.block(caller);
+    auto outputs_ready = std::make_shared<at::cuda::CUDAEvent>();
+    outputs_ready->record(stream_);
+    outputs_ready->block(caller);
+    if (watchdog_) watchdog_->watch_queued(name, bytes, [outputs_ready] { return outputs_ready->query(); });
   }
 
   int rank_;
+  CollectiveWatchdog* watchdog_;
   c10::Device device_;
   c10::cuda::CUDAStream stream_;
   ncclComm_t comm_ = nullptr;
@@ -151,8 +157,9 @@ class NcclBackend final : public CommBackend {
 
 }  // namespace
 
-std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device) {
-  return std::make_unique<NcclBackend>(rank, world_size, cuda_device);
+std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device,
+                                               CollectiveWatchdog* watchdog) {
+  return std::make_unique<NcclBackend>(rank, world_size, cuda_device, watchdog);
 }
 
 }  // namespace areal

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace areal {
 
@@ -27,8 +29,16 @@ void signal_point(const std::string& name, int rank) {
     ::raise(which != nullptr && std::strcmp(which, "USR1") == 0 ? SIGUSR1 : SIGTERM);
 }
 
+void sleep_point(const std::string& name) {
+  const char* wanted = std::getenv("AREAL_TEST_SLEEP_AT");
+  const char* seconds = std::getenv("AREAL_TEST_SLEEP_SECONDS");
+  if (wanted != nullptr && seconds != nullptr && name == wanted)
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(seconds)));
+}
+
 void fault_points(const std::string& name, int rank) {
   crash_point(name.c_str());
+  sleep_point(name);
   stop_point(name, rank);
   signal_point(name, rank);
 }

@@ -23,7 +23,11 @@ void stop_point(const std::string& name, int rank);
 // a scheduler preempting the job, or Slurm warning of its time limit.
 void signal_point(const std::string& name, int rank);
 
-// All three at a point that every rank reaches (a training step's start).
+// A slow step: when AREAL_TEST_SLEEP_AT names the point, every rank sleeps
+// AREAL_TEST_SLEEP_SECONDS there (time-based saves, recover.freq_secs, made testable).
+void sleep_point(const std::string& name);
+
+// All four at a point that every rank reaches (a training step's start).
 void fault_points(const std::string& name, int rank);
 
 }  // namespace areal
