@@ -109,6 +109,9 @@ std::optional<RecoverPoint> read_recover_point(const std::string& dir) {
     point.has_optimizer = info.at("has_optimizer").get<bool>();
     point.world_size = info.at("world_size").get<int>();
     point.figures = info.at("figures").get<std::map<std::string, double>>();
+    for (const auto& t : info.at("tensors"))
+      point.tensors.push_back({t.at("name").get<std::string>(), t.at("numel").get<int64_t>(),
+                               t.at("shard_numel").get<int64_t>()});
     if (point.world_size < 1 || point.steps_done < 0) throw bad("world_size or steps_done out of range");
     return point;
   } catch (const nlohmann::json::exception& e) {
@@ -119,10 +122,7 @@ std::optional<RecoverPoint> read_recover_point(const std::string& dir) {
 void load_recover_checkpoint(const std::string& dir, const RecoverPoint& point, ShardedModel& model,
                              ShardedAdamW* optimizer) {
   const fs::path info_path = fs::path(dir) / kInfoFile;
-  std::ifstream file(info_path);
-  std::stringstream text;
-  text << file.rdbuf();
-  const nlohmann::json saved = nlohmann::json::parse(text.str()).at("tensors");
+  const std::vector<RecoverPoint::Tensor>& saved = point.tensors;
   const std::vector<UnitLayout>& units = trainable_units(model);
   if (saved.size() != units.size())
     throw CheckpointError(cat(info_path.string(), ": holds ", saved.size(), " trainable tensors, the model has ",
@@ -142,8 +142,8 @@ void load_recover_checkpoint(const std::string& dir, const RecoverPoint& point, 
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < units.size(); ++i) {
     const UnitLayout& unit = units[i];
-    const std::string name = saved[i].at("name").get<std::string>();
-    const int64_t numel = saved[i].at("numel").get<int64_t>(), old_shard = saved[i].at("shard_numel").get<int64_t>();
+    const std::string& name = saved[i].name;
+    const int64_t numel = saved[i].numel, old_shard = saved[i].shard_numel;
     if (name != unit.name || numel != unit.numel)
       throw CheckpointError(cat(info_path.string(), ": trainable tensor ", i, " is '", name, "' with ", numel,
                                 " elements; the model's is '", unit.name, "' with ", unit.numel));

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/sharded_model.h"
@@ -35,6 +36,12 @@ struct RecoverPoint {
   bool has_optimizer = false;             // the moments are in the files
   int world_size = 0;                     // of the run that wrote it
   std::map<std::string, double> figures;  // the loop's own values (first loss, eval before, ...)
+
+  struct Tensor {  // a trainable unit as saved (filled by read_recover_point)
+    std::string name;
+    int64_t numel = 0, shard_numel = 0;
+  };
+  std::vector<Tensor> tensors;
 };
 
 // Collective. Writes `dir` so that a crash at any instant leaves there either the
