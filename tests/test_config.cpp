@@ -261,9 +261,9 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
                Contains("'fsdp.offload_params'") && Contains("not implemented yet"));
     cfg.fsdp.offload_params = false;
-    cfg.actor.gradient_checkpointing = false;
+    cfg.fsdp.reshard_after_forward = false;
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
-               Contains("'actor.gradient_checkpointing'") && Contains("keeping activations"));
+               Contains("'fsdp.reshard_after_forward'") && Contains("keeping gathered units"));
   }
   SECTION("dual clip must exceed 1") {
     cfg.actor.c_clip = 0.5;

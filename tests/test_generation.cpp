@@ -1,10 +1,12 @@
 // Generation with the KV cache against the full forward without a cache (the
 // step-by-step argmax), sampling controls, stop tokens and per-row seeds.
 #include <ATen/ATen.h>
+
+#include <set>
 #include "catch_with_torch.h"
 
 #include "areal/model/hf_weights.h"
-#include "areal/rl/generation.h"
+#include "areal/rollout/generation.h"
 
 using namespace areal;
 
@@ -116,6 +118,35 @@ TEST_CASE("generation: sampling is seeded per row, top_k 1 is greedy, top_p keep
   for (size_t r = 0; r < expected.size(); ++r) {
     CHECK(by_k[r].tokens == expected[r].tokens);
     CHECK(by_p[r].tokens == expected[r].tokens);
+  }
+}
+
+// Answers that end early leave the batch (the cache drops their rows once a quarter are
+// done): every answer, its log-probs included, equals the same prompt generated alone.
+TEST_CASE("generation: answers leaving the batch early change no other answer", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.max_new_tokens = 12;
+  p.temperature = 2.0;  // a flat distribution: the stop tokens below come at different steps
+  for (int64_t id = 0; id < 40; ++id) p.stop_ids.push_back(id);
+  std::vector<std::vector<int64_t>> many;
+  for (int64_t r = 0; r < 10; ++r) many.push_back({5 + r, 17, 3 + 2 * r, 40 - r});
+  many.push_back(prompts()[1]);  // a longer prompt among them
+  std::vector<at::Generator> generators;
+  for (size_t r = 0; r < many.size(); ++r) generators.push_back(answer_generator(11, 0, static_cast<int64_t>(r), 0));
+  std::vector<Generated> together = generate(*model, many, p, generators);
+  std::set<size_t> lengths;
+  for (const auto& g : together) lengths.insert(g.tokens.size());
+  CHECK(lengths.size() >= 3);  // rows finished at several different steps
+  for (size_t r = 0; r < many.size(); ++r) {
+    INFO("row " << r);
+    std::vector<at::Generator> alone = {answer_generator(11, 0, static_cast<int64_t>(r), 0)};
+    Generated single = generate(*model, {many[r]}, p, alone)[0];
+    CHECK(single.tokens == together[r].tokens);
+    REQUIRE(single.logprobs.size() == together[r].logprobs.size());
+    for (size_t k = 0; k < single.logprobs.size(); ++k)
+      CHECK(single.logprobs[k] == Approx(together[r].logprobs[k]).margin(1e-5));
+    CHECK(single.truncated == together[r].truncated);
   }
 }
 

@@ -1,16 +1,21 @@
 """FSDP2 training steps on CPU (gloo) or GPU (NCCL), the reference for areal-train's
 training throughput: the same checkpoint, data, batch and optimizer as
 `areal-train --job sft`, with FSDP2 as AReaL drives it (fully_shard per decoder layer
-and the root, reshard_after_forward) plus activation checkpointing (areal-train
-recomputes each unit in backward).
+and the root, reshard_after_forward), with or without activation checkpointing (as
+areal-train's actor.gradient_checkpointing true / false).
 
-    mpirun -np N python fsdp2_train.py MODEL_DIR DATA.jsonl BATCH STEPS LR OUT.json
+    mpirun -np N python fsdp2_train.py MODEL_DIR DATA.jsonl BATCH STEPS LR OUT.json CHECKPOINTING
+
+CHECKPOINTING is true or false.
 
 DATA.jsonl rows {"text": ...} are tokenized as areal-train's byte tokenizer does
 (BOS 256, the UTF-8 bytes, EOS 257) and read in file order; each global batch of BATCH
-rows is dealt out to the ranks (rank r takes rows r, r + N, ...). All rows must have
-the same length (no padding). The loss is the mean next-token cross-entropy; AdamW
-(betas 0.9/0.999, eps 1e-8, no weight decay), global gradient clipping at 1.0.
+rows is dealt out to the ranks (rank r takes rows r, r + N, ...). Rows of different
+lengths are right-padded to the rank's longest, with an attention mask, as transformers
+pads a batch. The loss is areal-train's: the next-token cross-entropy summed over the
+real tokens and divided by the target tokens of the whole global batch; AdamW (betas
+0.9/0.999, eps 1e-8, no weight decay), global gradient clipping at 1.0. Each step
+records the global batch's target tokens (the useful ones: padding excluded).
 """
 import json
 import sys
@@ -22,14 +27,15 @@ import transformers
 import fsdp2_common as common
 
 
-def main(model_dir, data_path, batch, steps, lr, out):
+def main(model_dir, data_path, batch, steps, lr, out, checkpointing):
     batch, steps, lr = int(batch), int(steps), float(lr)
+    assert checkpointing in ("true", "false"), checkpointing
     rank, world, device = common.setup()
     rows = [[256] + list(json.loads(line)["text"].encode()) + [257] for line in open(data_path) if line.strip()]
-    assert len({len(r) for r in rows}) == 1, "all rows must have the same length"
     assert batch % world == 0 and len(rows) >= batch * steps
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if checkpointing == "true":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     model.train()  # transformers checkpoints activations only in training mode
     common.shard_like_areal(model, common.mesh(device), reshard_after_forward=True)
@@ -39,26 +45,34 @@ def main(model_dir, data_path, batch, steps, lr, out):
         for step in range(steps):
             start = time.perf_counter()
             mine = rows[step * batch + rank:(step + 1) * batch:world]
-            ids = torch.tensor(mine, dtype=torch.long, device=device)
-            loss = model(input_ids=ids, labels=ids).loss
+            longest = max(len(r) for r in mine)
+            ids = torch.tensor([r + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
+            mask = torch.tensor([[1] * len(r) + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
+            targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+            target_tokens = (targets != -100).sum().to(torch.float64).reshape(1)
+            torch.distributed.all_reduce(target_tokens)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            loss_sum = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(),
+                                                         targets.reshape(-1), ignore_index=-100, reduction="sum")
             optimizer.zero_grad()
-            loss.backward()
+            (loss_sum * (world / float(target_tokens))).backward()  # FSDP2 averages gradients over ranks
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            global_loss = loss.detach().clone()
-            torch.distributed.all_reduce(global_loss)  # equal token counts: the mean of the means
+            global_loss = loss_sum.detach().clone()
+            torch.distributed.all_reduce(global_loss)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start
-            records.append({"step": step + 1, "loss": float(global_loss) / world, "seconds": seconds,
-                            "tokens_per_rank": ids.numel(),
+            records.append({"step": step + 1, "loss": float(global_loss) / float(target_tokens), "seconds": seconds,
+                            "target_tokens": float(target_tokens), "padded_tokens_per_rank": ids.numel(),
                             "grad_norm": float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)})
     ranks = common.gather_to_rank0({"rank": rank, "peak_growth_bytes": m.peak_growth, "gpu_peak_bytes": m.gpu_peak,
                                     "peak_rss_bytes": common.peak_rss_bytes()})
     if rank == 0:
-        common.write_json(out, {"world_size": world, "steps": records, "ranks": ranks})
+        common.write_json(out, {"world_size": world, "gradient_checkpointing": checkpointing == "true",
+                                "steps": records, "ranks": ranks})
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:8])

@@ -77,9 +77,11 @@ void zero_shard_grads(ShardedModel& model) {
 
 }  // namespace
 
+// Both ways of running the layers: activations kept (the default) and recomputed in
+// backward (actor.gradient_checkpointing).
 TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine]") {
-  for (const auto& name : {"qwen2_tied", "llama", "qwen3"}) {
-    INFO(name);
+  for (const auto& name : {"qwen2_tied", "llama", "qwen3"}) for (bool checkpointing : {false, true}) {
+    INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
     const std::string path = kFixtures + "/" + name;
     Config cfg;
     cfg.model_path = path;
@@ -87,6 +89,12 @@ TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine
     cfg.device = "cpu";
     InitResult init = staged_init(cfg, g_me, *g_comm);
     FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
+    engine.set_gradient_checkpointing(checkpointing);
+    // The units: an untied head has a unit of its own after the layers.
+    const bool tied = init.model->config().tie_word_embeddings;
+    CHECK(init.model->units().front().name == (tied ? "root" : "embed"));
+    CHECK(init.model->units().back().name ==
+          (tied ? "layers." + std::to_string(init.model->config().num_hidden_layers - 1) : std::string("head")));
 
     const int64_t rows_per_rank = 2, length = 9;
     const int64_t vocab = init.model->config().vocab_size;
@@ -112,14 +120,15 @@ TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine
 // (ids, masks, positions). Tied embeddings make the root unit's gradient depend on
 // both the embedding's and the head's saved inputs.
 TEST_CASE("engine: two forwards, then their backwards, equal a single-process run", "[mpi][engine]") {
-  for (const auto& name : {"qwen2_tied", "llama"}) {
-    INFO(name);
+  for (const auto& name : {"qwen2_tied", "llama"}) for (bool checkpointing : {false, true}) {
+    INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
     const std::string path = kFixtures + "/" + name;
     Config cfg;
     cfg.model_path = path;
     cfg.device = "cpu";
     InitResult init = staged_init(cfg, g_me, *g_comm);
     FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
+    engine.set_gradient_checkpointing(checkpointing);
     const int64_t rows = 2, vocab = init.model->config().vocab_size, n = g_me.world_size;
     auto batch = [&](int64_t seed, int64_t length) {
       return at::randint(vocab, {rows * n, length}, at::make_generator<at::CPUGeneratorImpl>(seed), at::kLong);
@@ -156,6 +165,8 @@ TEST_CASE("engine: two forwards, then their backwards, equal a single-process ru
 // With LoRA the adapters are on or off per forward: a backward follows its forward,
 // whatever the switch says by the time the backward runs.
 TEST_CASE("engine: the adapter switch counts at forward time, not at backward time", "[mpi][engine][lora]") {
+  const bool checkpointing = GENERATE(false, true);
+  INFO((checkpointing ? "gradient checkpointing" : "activations kept"));
   Config cfg;
   cfg.model_path = kFixtures + "/qwen2_untied";
   cfg.device = "cpu";
@@ -163,6 +174,7 @@ TEST_CASE("engine: the adapter switch counts at forward time, not at backward ti
   cfg.actor.lora_rank = 4;
   cfg.actor.lora_alpha = 8;
   cfg.actor.dtype = "float32";
+  cfg.actor.gradient_checkpointing = checkpointing;
   FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
   ShardedModel& model = fsdp.model();
   FsdpEngine& engine = *fsdp.engine;

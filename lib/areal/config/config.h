@@ -60,7 +60,7 @@ struct MicroBatchSpec {
 struct ActorConfig {
   std::string dtype = "bfloat16";
   std::string grad_reduce_dtype = "float32";
-  bool gradient_checkpointing = true;
+  bool gradient_checkpointing = false;  // AReaL's default: keep activations
   MicroBatchSpec mb_spec;
   bool use_lora = false;
   int64_t lora_rank = 32;

@@ -212,9 +212,9 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),
-      OPTION(actor.gradient_checkpointing).doc("Recompute each unit's forward in backward instead of keeping "
-                                               "activations.")
-          .planned("keeping activations instead of recomputing them"),
+      OPTION(actor.gradient_checkpointing).doc("Recompute each decoder layer's forward in backward instead of "
+                                               "keeping its activations: less memory, about a third more "
+                                               "compute."),
       OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                                   "tokens, each one packed row without padding (first-fit "
                                                   "decreasing; a longer sequence goes alone). 0: one padded "

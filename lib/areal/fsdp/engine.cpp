@@ -3,16 +3,19 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <functional>
+#include <optional>
+
+#include "areal/fsdp/buffer_pool.h"
 #include "areal/model/functional.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 
-// What one use of a unit computes, given its gathered weights. Everything a use needs
-// in its backward is here, fixed at forward time, and travels in the autograd
-// context's saved data (save/load), so each forward's graph owns its own: a second
-// forward before the backward of the first, or a toggle of the adapters in between,
-// changes nothing of the first.
+// What one use of a unit computes. Everything a use needs in its backward is here,
+// fixed at forward time, and travels in the autograd context's saved data (save/load),
+// so each forward's graph owns its own: a second forward before the backward of the
+// first, or a toggle of the adapters in between, changes nothing of the first.
 struct UnitCall {
   enum class Kind : int64_t { Embed, Layer, Head };
   FsdpEngine* engine = nullptr;  // outlives the graphs of its forwards
@@ -21,8 +24,7 @@ struct UnitCall {
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
   bool with_adapter = false;   // LoRA on, as it was when the forward ran
-
-  bool has_adapter() const { return with_adapter; }
+  bool keep_graph = false;     // forward records the graph; backward does not recompute
 
   void save(torch::autograd::AutogradContext* ctx) const {
     auto& d = ctx->saved_data;
@@ -30,6 +32,7 @@ struct UnitCall {
     d["unit"] = static_cast<int64_t>(unit);
     d["kind"] = static_cast<int64_t>(kind);
     d["with_adapter"] = with_adapter;
+    d["keep_graph"] = keep_graph;
     d["input_ids"] = input_ids;
     d["cos"] = attention.cos;
     d["sin"] = attention.sin;
@@ -43,40 +46,22 @@ struct UnitCall {
     call.unit = static_cast<size_t>(d.at("unit").toInt());
     call.kind = static_cast<Kind>(d.at("kind").toInt());
     call.with_adapter = d.at("with_adapter").toBool();
+    call.keep_graph = d.at("keep_graph").toBool();
     call.input_ids = d.at("input_ids").toTensor();
-    call.attention = {d.at("cos").toTensor(), d.at("sin").toTensor(), d.at("mask").toTensor(),
-                      d.at("sequence_starts").toTensor()};
+    call.attention.cos = d.at("cos").toTensor();
+    call.attention.sin = d.at("sin").toTensor();
+    call.attention.mask = d.at("mask").toTensor();
+    call.attention.sequence_starts = d.at("sequence_starts").toTensor();
     return call;
   }
 
-  // Runs the unit on `x` with the weights in `flat` (its gathered buffer) and, with
-  // LoRA, the layer's adapters in `adapter_flat`.
-  at::Tensor run(const at::Tensor& x, const at::Tensor& flat, const at::Tensor& adapter_flat) const {
-    ShardedModel& model = engine->model();
-    std::map<std::string, at::Tensor> weights;
-    for (auto& [name, view] : model.unit_views(unit, flat)) weights[name] = view;
-    if (adapter_flat.defined())
-      for (auto& [name, view] : model.adapter_views(unit - 1, adapter_flat)) weights[name] = view;
-    const ModelConfig& config = model.config();
-    switch (kind) {
-      case Kind::Embed:
-        return at::embedding(weights.at("model.embed_tokens.weight"), input_ids);
-      case Kind::Head: {
-        auto head = weights.find("lm_head.weight");
-        return lm_logits(config, weights.at("model.norm.weight"),
-                         head != weights.end() ? head->second : weights.at("model.embed_tokens.weight"), x);
-      }
-      case Kind::Layer: {
-        const std::string prefix = cat("model.layers.", unit - 1, ".");
-        auto lookup = [&](const std::string& name) {
-          auto it = weights.find(prefix + name);
-          return it == weights.end() ? at::Tensor() : it->second;
-        };
-        at::Tensor keys, values;  // no cache in training
-        return decoder_layer(config, lookup, x, attention, keys, values, model.adapter_scale());
-      }
-    }
-    return {};
+  const UnitLayout& base_layout() const { return engine->model().units().at(unit); }
+  const UnitLayout& adapter_layout() const { return engine->model().adapter_units().at(unit - 1); }
+  // The unit whose gradient this use produces: the adapters with LoRA (nullptr for a
+  // use without them: the base is frozen), else the base unit.
+  const UnitLayout* trained_layout() const {
+    if (!engine->model().has_adapters()) return &base_layout();
+    return with_adapter ? &adapter_layout() : nullptr;
   }
 };
 
@@ -85,63 +70,220 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The autograd Function of one unit use. The UnitCall travels in saved_data, so it
-// lives exactly as long as this use's graph. The shards are inputs only so that
-// autograd routes their gradients; forward reads them through the call.
+// The parameters of one use as views of its gathered flats, by name. The trained
+// unit's parameters are leaves of their own that share the flat's memory, one per slot
+// of its layout in order: autograd then hands back one gradient per parameter, written
+// once into the flat gradient buffer (a gradient of the whole flat would cost a
+// zero-filled copy of the unit per parameter).
+struct UseWeights {
+  std::map<std::string, at::Tensor> by_name;
+  std::vector<at::Tensor> trained;
+};
+
+UseWeights use_weights(const UnitCall& call, const at::Tensor& flat, const at::Tensor& adapter_flat, bool leaves) {
+  UseWeights w;
+  const UnitLayout* trained = call.trained_layout();
+  auto add = [&](const UnitLayout& layout, const at::Tensor& buffer) {
+    const bool make_leaves = leaves && &layout == trained;
+    for (const ParamSlot& slot : layout.params) {
+      at::Tensor view = buffer.narrow(0, slot.offset, slot.numel).view(slot.shape);
+      if (make_leaves) {
+        view = view.detach().requires_grad_(true);
+        w.trained.push_back(view);
+      }
+      w.by_name[slot.name] = view;
+    }
+  };
+  add(call.base_layout(), flat);
+  if (adapter_flat.defined()) add(call.adapter_layout(), adapter_flat);
+  return w;
+}
+
+// Runs a layer or the head on `x` with the weights of one use.
+at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& w) {
+  ShardedModel& model = call.engine->model();
+  const ModelConfig& config = model.config();
+  if (call.kind == UnitCall::Kind::Head) {
+    auto head = w.by_name.find("lm_head.weight");
+    return lm_logits(config, w.by_name.at("model.norm.weight"),
+                     head != w.by_name.end() ? head->second : w.by_name.at("model.embed_tokens.weight"), x);
+  }
+  const std::string prefix = cat("model.layers.", call.unit - 1, ".");
+  auto lookup = [&](const std::string& name) {
+    auto it = w.by_name.find(prefix + name);
+    return it == w.by_name.end() ? at::Tensor() : it->second;
+  };
+  at::Tensor keys, values;  // no cache in training
+  return decoder_layer(config, lookup, x, call.attention, keys, values, model.adapter_scale());
+}
+
+// On one rank in float32 a shard is its whole unit already: the engine runs on the
+// shards themselves, with nothing to gather, copy or reduce.
+bool shards_are_whole(FsdpEngine& engine) {
+  return engine.comm().world_size() == 1 && engine.compute_dtype() == at::kFloat;
+}
+
+// All-gathers a unit (its master shard cast to the compute dtype) into `flat`.
+void gather_into(FsdpEngine& engine, const at::Tensor& shard, const at::Tensor& flat) {
+  at::Tensor out = flat;
+  engine.comm().all_gather(shard.detach().to(engine.compute_dtype()).contiguous(), out);
+}
+
+// One unit's whole weights, pooled and gathered (or the shard itself, see above).
+PooledFlat whole_unit(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& shard) {
+  if (shards_are_whole(engine)) return PooledFlat(shard.detach());
+  PooledFlat flat(engine.buffers(), layout.padded_numel, engine.compute_dtype(), shard.device());
+  gather_into(engine, shard, flat.tensor());
+  return flat;
+}
+
+// The base unit's and (with LoRA on for this use) the adapters' gathered weights.
+struct GatheredUse {
+  PooledFlat base, adapter;
+  explicit GatheredUse(const UnitCall& call) {
+    ShardedModel& model = call.engine->model();
+    base = whole_unit(*call.engine, call.base_layout(), model.shard(call.unit));
+    if (call.with_adapter) adapter = whole_unit(*call.engine, call.adapter_layout(), model.adapter_shard(call.unit - 1));
+  }
+  void release() {
+    base.release();
+    adapter.release();
+  }
+};
+
+// The gradient of a unit's shard: each parameter's gradient written by `fill` into a
+// pooled flat buffer in grad_reduce_dtype (fill(i, view) for slot i of `layout`), the
+// padding zeroed, reduce-scattered (averaged over ranks), in float32.
+at::Tensor reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout,
+                                const std::function<void(size_t, at::Tensor)>& fill) {
+  const at::Device device = engine.model().shard(0).device();
+  const bool alone = engine.comm().world_size() == 1;  // the flat gradient is the shard's: no reduction
+  at::Tensor block = alone ? at::empty({layout.padded_numel}, at::TensorOptions(device).dtype(engine.grad_reduce_dtype()))
+                           : engine.buffers().acquire(layout.padded_numel, engine.grad_reduce_dtype(), device);
+  at::Tensor flat = block.narrow(0, 0, layout.padded_numel);
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const ParamSlot& slot = layout.params[i];
+    fill(i, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
+  }
+  flat.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
+  if (alone) return flat.to(at::kFloat);
+  at::Tensor shard_grad = at::empty({layout.shard_numel}, flat.options());
+  engine.comm().reduce_scatter(flat, shard_grad, ReduceOp::Avg);
+  engine.buffers().release(std::move(block));
+  return shard_grad.to(at::kFloat);
+}
+
+// The autograd Function of one unit use. The shards are inputs only so that autograd
+// routes their gradients; forward reads them through the call.
+//
+// Three ways to run, chosen per use at forward time:
+// - the embedding: forward gathers, looks up, frees; backward needs no weights (the
+//   gradient is the output gradient added into the rows of the input ids);
+// - keep_graph (actor.gradient_checkpointing false, and always the head): forward
+//   records the graph of the use on views of the gathered weights, then gives the
+//   gathered block back to the pool while the views stay; backward gathers into the
+//   same storage again and back-propagates through the recorded graph (FSDP2's way);
+// - recompute (actor.gradient_checkpointing true): forward runs without a graph and
+//   keeps only its input; backward gathers again and re-runs the use with grad.
 struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& /*shard*/,
-                            const at::Tensor& /*adapter_shard*/, const UnitCall& call_value) {
-    call_value.save(ctx);
-    const UnitCall* call = &call_value;
-    ctx->save_for_backward({x});
-    FsdpEngine& engine = *call->engine;
-    at::NoGradGuard no_grad;
-    at::Tensor flat = engine.model().gather_unit(call->unit, engine.comm(), engine.compute_dtype());
-    at::Tensor adapter_flat = call->has_adapter()
-                                  ? engine.model().gather_adapter(call->unit - 1, engine.comm(), engine.compute_dtype())
-                                  : at::Tensor();
-    return call->run(x, flat, adapter_flat);  // the gathered buffers are freed when this returns
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const UnitCall loaded = UnitCall::load(ctx);
-    const UnitCall* call = &loaded;
-    FsdpEngine& engine = *call->engine;
-    const at::Tensor x = ctx->get_saved_variables()[0];
-
-    // Gather again and re-run with grad; the gradient of a flat buffer comes out of
-    // autograd because the weights are views of it. With LoRA only the adapters' buffer
-    // gets a gradient: the base is frozen.
-    ShardedModel& model = engine.model();
-    const bool lora = model.has_adapters();
-    at::Tensor flat = model.gather_unit(call->unit, engine.comm(), engine.compute_dtype());
-    at::Tensor adapter_flat =
-        call->has_adapter() ? model.gather_adapter(call->unit - 1, engine.comm(), engine.compute_dtype()) : at::Tensor();
-    at::Tensor trained = lora ? adapter_flat : flat;  // undefined: a LoRA root unit trains nothing
-    if (trained.defined()) trained.requires_grad_(true);
-    const bool x_needs_grad = x.defined() && x.is_floating_point();
-    at::Tensor x_leaf = x_needs_grad ? x.detach().requires_grad_(true) : x;
+                            const at::Tensor& /*adapter_shard*/, const UnitCall& call) {
+    call.save(ctx);
+    GatheredUse gathered(call);
+    if (call.kind == UnitCall::Kind::Embed) {
+      at::Tensor out = at::embedding(use_weights(call, gathered.base.tensor(), {}, false).by_name.at(
+                                         "model.embed_tokens.weight"),
+                                     call.input_ids);
+      gathered.release();
+      return out;
+    }
+    if (!call.keep_graph) {
+      ctx->save_for_backward({x});
+      at::Tensor out = run_use(call, x, use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), false));
+      gathered.release();
+      return out;
+    }
+    UseWeights w = use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), true);
+    at::Tensor x_leaf = x.detach().requires_grad_(true);
     at::Tensor out;
     {
       at::AutoGradMode grad_mode(true);
-      out = call->run(x_leaf, flat, adapter_flat);
+      out = run_use(call, x_leaf, w);
     }
-    std::vector<at::Tensor> wrt;
-    if (trained.defined()) wrt.push_back(trained);
-    if (x_needs_grad) wrt.push_back(x_leaf);
+    gathered.release();  // the views saved by the graph stay, pointing at no memory
+    auto& d = ctx->saved_data;
+    d["graph_output"] = out;
+    d["x_leaf"] = x_leaf;
+    d["leaves"] = w.trained;
+    d["flat"] = gathered.base.tensor();
+    d["adapter_flat"] = gathered.adapter.defined() ? gathered.adapter.tensor() : at::Tensor();
+    return out.detach();  // the graph above stays this use's own, apart from the outer one
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const UnitCall call = UnitCall::load(ctx);
+    FsdpEngine& engine = *call.engine;
+    const bool lora = engine.model().has_adapters();
+    const UnitLayout* trained = call.trained_layout();
+    auto result = [&](at::Tensor x_grad, at::Tensor shard_grad) -> variable_list {
+      return {x_grad, lora ? at::Tensor() : shard_grad, lora ? shard_grad : at::Tensor(), at::Tensor()};
+    };
+
+    if (call.kind == UnitCall::Kind::Embed) {
+      if (!trained) return result({}, {});
+      const at::Tensor& g = grad_outputs[0];
+      at::Tensor ids = call.input_ids.reshape({-1});
+      return result({}, reduce_unit_gradient(engine, *trained, [&](size_t i, at::Tensor view) {
+                      view.zero_();
+                      if (trained->params[i].name == "model.embed_tokens.weight")
+                        view.index_add_(0, ids, g.reshape({-1, g.size(-1)}).to(view.scalar_type()));
+                    }));
+    }
+
+    at::Tensor out, x_leaf;
+    std::vector<at::Tensor> leaves;
+    std::optional<GatheredUse> gathered;  // recompute: gathered here
+    PooledFlat base, adapter;             // keep_graph: the recorded graph's storage, filled again
+    if (call.keep_graph) {
+      const auto& d = ctx->saved_data;
+      out = d.at("graph_output").toTensor();
+      x_leaf = d.at("x_leaf").toTensor();
+      leaves = d.at("leaves").toTensorVector();
+      if (!shards_are_whole(engine)) {  // else the graph's views are the shards themselves
+        base = PooledFlat(engine.buffers(), d.at("flat").toTensor());
+        base.reacquire();
+        gather_into(engine, engine.model().shard(call.unit), base.tensor());
+        if (call.with_adapter) {
+          adapter = PooledFlat(engine.buffers(), d.at("adapter_flat").toTensor());
+          adapter.reacquire();
+          gather_into(engine, engine.model().adapter_shard(call.unit - 1), adapter.tensor());
+        }
+      }
+    } else {
+      gathered.emplace(call);
+      UseWeights w = use_weights(call, gathered->base.tensor(), gathered->adapter.tensor(), true);
+      leaves = w.trained;
+      x_leaf = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+      at::AutoGradMode grad_mode(true);
+      out = run_use(call, x_leaf, w);
+    }
+
+    std::vector<at::Tensor> wrt = leaves;
+    wrt.push_back(x_leaf);
     auto grads = torch::autograd::grad({out}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
-
     at::Tensor shard_grad;
-    if (trained.defined()) {
-      at::Tensor flat_grad = grads[0].defined() ? grads[0] : at::zeros_like(trained);
-      at::Tensor to_reduce = flat_grad.to(engine.grad_reduce_dtype()).contiguous();
-      shard_grad = at::empty({to_reduce.numel() / engine.comm().world_size()}, to_reduce.options());
-      engine.comm().reduce_scatter(to_reduce, shard_grad, ReduceOp::Avg);
-      shard_grad = shard_grad.to(at::kFloat);
-    }
-    at::Tensor x_grad = x_needs_grad ? grads.back() : at::Tensor();
-    return {x_grad, lora ? at::Tensor() : shard_grad, lora ? shard_grad : at::Tensor(), at::Tensor()};
+    if (trained)
+      shard_grad = reduce_unit_gradient(engine, *trained, [&](size_t i, at::Tensor view) {
+        if (grads[i].defined()) view.copy_(grads[i]);
+        else view.zero_();
+      });
+    if (gathered) gathered->release();
+    base.release();
+    adapter.release();
+    // The recorded graph's activations go now, not when the whole backward ends.
+    for (const char* key : {"graph_output", "x_leaf", "leaves", "flat", "adapter_flat"}) ctx->saved_data.erase(key);
+    return result(grads.back(), shard_grad);
   }
 };
 
@@ -159,12 +301,17 @@ FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& 
   result.init = staged_init(cfg, me, comm);
   result.engine = std::make_unique<FsdpEngine>(*result.init.model, comm, dtype_from_name(cfg.actor.dtype),
                                                dtype_from_name(cfg.actor.grad_reduce_dtype));
+  result.engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
   return result;
 }
 
 FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType compute_dtype,
                        at::ScalarType grad_reduce_dtype)
-    : model_(model), comm_(comm), compute_dtype_(compute_dtype), grad_reduce_dtype_(grad_reduce_dtype) {
+    : model_(model),
+      comm_(comm),
+      compute_dtype_(compute_dtype),
+      grad_reduce_dtype_(grad_reduce_dtype),
+      buffers_(std::make_unique<BufferPool>()) {
   for (at::Tensor& shard : model_.trainable_shards()) shard.requires_grad_(true);
 }
 
@@ -176,16 +323,26 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& at
 
 at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention) {
   using Kind = UnitCall::Kind;
+  const size_t layers = static_cast<size_t>(model_.config().num_hidden_layers);
+  // The final norm and head have a unit of their own after the layers, unless the head
+  // is tied to the embedding (then the root unit holds all three).
+  const size_t head_unit = model_.units().size() > layers + 1 ? layers + 1 : 0;
   auto apply = [&](size_t unit, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x) {
-    const UnitCall call{this, unit, kind, std::move(ids), std::move(attention),
-                        kind == Kind::Layer && adapters_enabled()};
+    const bool with_adapter = kind == Kind::Layer && adapters_enabled();
     // Custom Functions take no undefined inputs: an empty tensor stands for "no adapter".
-    at::Tensor adapter = call.has_adapter() ? model_.adapter_shard(unit - 1) : at::empty({0});
-    return UnitFunction::apply(x, model_.shard(unit), adapter, call);
+    at::Tensor adapter = with_adapter ? model_.adapter_shard(unit - 1) : at::empty({0});
+    const at::Tensor& shard = model_.shard(unit);
+    const bool needs_grad = at::GradMode::is_enabled() &&
+                            (x.requires_grad() || shard.requires_grad() || adapter.requires_grad());
+    // The head is never recomputed (it is the last use: its graph lives only until the
+    // backward starts); the layers only with gradient checkpointing.
+    const bool keep_graph = needs_grad && kind != Kind::Embed && (kind == Kind::Head || !gradient_checkpointing_);
+    const UnitCall call{this, unit, kind, std::move(ids), std::move(attention), with_adapter, keep_graph};
+    return UnitFunction::apply(x, shard, adapter, call);
   };
   at::Tensor h = apply(0, Kind::Embed, input_ids, {}, input_ids);
-  for (size_t u = 1; u < model_.units().size(); ++u) h = apply(u, Kind::Layer, {}, attention, h);
-  return apply(0, Kind::Head, {}, {}, h);
+  for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
+  return apply(head_unit, Kind::Head, {}, {}, h);
 }
 
 }  // namespace areal

@@ -1,13 +1,16 @@
-// Forward and backward on the shards (DESIGN.md, "Sharding unit", the recompute way).
+// Forward and backward on the shards (DESIGN.md, "Sharding unit").
 //
 // Each use of a unit is one autograd Function whose inputs are the activations and the
-// unit's float32 shard. Forward all-gathers the unit in the compute dtype, runs it
-// without recording a graph, and frees the gathered buffer. Backward gathers again,
-// re-runs the unit with grad, back-propagates into the gathered buffer, and
-// reduce-scatters that flat gradient (averaged over ranks, in grad_reduce_dtype) into
-// the shard's gradient. This is FSDP with activation checkpointing per unit. The root
-// unit is used twice (embedding, then norm and head), so a tied head's gradient is the
-// sum of both uses, as autograd accumulates it.
+// unit's float32 shard. Forward all-gathers the unit in the compute dtype and runs it;
+// backward gathers again, back-propagates, and reduce-scatters the unit's flat gradient
+// (averaged over ranks, in grad_reduce_dtype) into the shard's gradient. Between the
+// two the gathered weights are gone. The layers either keep their activations (the
+// graph recorded in forward, FSDP2's way; the default, AReaL's
+// actor.gradient_checkpointing false) or recompute them in backward from their input
+// (gradient checkpointing). The embedding's backward needs no weights; the head keeps
+// its graph. Units: the embedding, one per decoder layer, and the final norm with the
+// head; a head tied to the embedding shares the root unit with it, and that unit's
+// gradient is the sum of both uses, as autograd accumulates it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +24,8 @@
 #include "areal/model/functional.h"
 
 namespace areal {
+
+class BufferPool;
 
 class FsdpEngine {
  public:
@@ -43,6 +48,14 @@ class FsdpEngine {
   void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
   bool adapters_enabled() const { return adapters_enabled_ && model_.has_adapters(); }
 
+  // actor.gradient_checkpointing: recompute each layer in backward (less memory)
+  // instead of keeping its activations (default). Read at forward time.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
+  // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
+  BufferPool& buffers() { return *buffers_; }
+
   ShardedModel& model() { return model_; }
   Communicator& comm() { return comm_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
@@ -54,6 +67,8 @@ class FsdpEngine {
   at::ScalarType compute_dtype_;
   at::ScalarType grad_reduce_dtype_;
   bool adapters_enabled_ = true;  // read at forward time; each use keeps what it saw
+  bool gradient_checkpointing_ = false;
+  std::unique_ptr<BufferPool> buffers_;
 };
 
 // "bfloat16" | "float16" | "float32" (actor.dtype, actor.grad_reduce_dtype) as a dtype.

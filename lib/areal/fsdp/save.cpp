@@ -15,7 +15,8 @@ namespace areal {
 std::map<std::string, at::Tensor> gather_unit_weights(const ShardedModel& model, Communicator& comm, size_t u,
                                                       at::ScalarType dtype, bool merge) {
   // Merging adds in float32; otherwise the unit travels in the saved dtype already.
-  merge = merge && model.has_adapters() && u > 0;
+  // Units 1..layers are the decoder layers, the only ones with adapters.
+  merge = merge && model.has_adapters() && u > 0 && u <= model.adapter_units().size();
   std::map<std::string, at::Tensor> views;
   for (auto& [name, view] : model.unit_views(u, model.gather_unit(u, comm, merge ? at::kFloat : dtype)))
     views[name] = view;

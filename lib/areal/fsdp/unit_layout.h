@@ -1,9 +1,11 @@
 // How a model's parameters are grouped into FSDP units and laid out in each unit's
 // flat buffer. Pure bookkeeping from the skeleton's names and shapes: no storage.
 //
-// One unit per decoder layer (`model.layers.<i>.*`), plus a root unit for the
-// embeddings, the final norm and the head (tied weights are one parameter, so they
-// live in one unit). A unit's flat buffer holds its parameters back to back, padded
+// Units in forward order: the embedding ("embed"), one unit per decoder layer
+// ("layers.<i>", `model.layers.<i>.*`), then the final norm and the head ("head"), so
+// neither end gathers the other's weights. A head tied to the embedding is one
+// parameter, so then the embedding, the final norm and the head are one unit ("root",
+// first). A unit's flat buffer holds its parameters back to back, padded
 // with zeros to a multiple of the world size; rank r owns elements
 // [r * shard_numel, (r + 1) * shard_numel).
 #pragma once
@@ -24,7 +26,7 @@ struct ParamSlot {
 };
 
 struct UnitLayout {
-  std::string name;            // "root" or "layers.<i>"
+  std::string name;            // "embed", "layers.<i>", "head" (or "root" when tied)
   std::vector<ParamSlot> params;
   int64_t numel = 0;           // parameters only
   int64_t padded_numel = 0;    // a multiple of the world size
@@ -33,7 +35,7 @@ struct UnitLayout {
   int64_t shard_begin(int rank) const { return rank * shard_numel; }  // in the flat buffer
 };
 
-// Units in forward order: root first (embeddings), then the layers in order.
+// The units of `skeleton` in forward order (above).
 std::vector<UnitLayout> plan_units(const CausalLM& skeleton, int world_size);
 
 }  // namespace areal

@@ -27,6 +27,12 @@ struct AttentionInputs {
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
   // causally within itself and never across.
   at::Tensor sequence_starts;
+  // Generation with a preallocated cache (rollout/): row b's token t writes its key and
+  // value at position cache_positions[b][t] of the layer's cache [B, kv_heads,
+  // capacity, head_dim], and attention reads the first cache_length positions (the
+  // mask is then [B, 1, T, cache_length]).
+  at::Tensor cache_positions;
+  int64_t cache_length = 0;
 };
 
 // Positions count each sequence's real tokens (left padding is skipped over); a query
@@ -42,7 +48,8 @@ AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::ve
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-// One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's.
+// One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's,
+// or, with attention.cache_positions, are a preallocated cache written in place.
 // A linear `name` with weights `name.lora_A.weight` and `name.lora_B.weight` adds
 // lora_scale * B (A x) (LoRA).
 at::Tensor decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,

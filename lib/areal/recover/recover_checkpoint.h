@@ -11,7 +11,7 @@
 // element ranges it owns now, from whichever files hold them.
 //
 // What needs no file: the data order is a function of (seed, epoch) (data/epoch_plan.h)
-// and every answer's sampler one of (seed, step, prompt, sample) (rl/generation.h), so
+// and every answer's sampler one of (seed, step, prompt, sample) (rollout/generation.h), so
 // the steps done fix all random state; the learning rate is a function of the step;
 // the frozen base weights (LoRA) and the KL reference copy are the init's, rebuilt by
 // the init of the resumed run exactly as the first time.

@@ -14,7 +14,7 @@
 #include "areal/data/epoch_plan.h"
 #include "areal/dist/bootstrap.h"
 #include "areal/model/model_config.h"
-#include "areal/rl/generation.h"
+#include "areal/rollout/generation.h"
 #include "areal/rl/prompt_dataset.h"
 #include "areal/rl/reward.h"
 #include "areal/rl/text_dataset.h"

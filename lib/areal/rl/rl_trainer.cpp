@@ -14,7 +14,7 @@
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
 #include "areal/rl/advantages.h"
-#include "areal/rl/generation.h"
+#include "areal/rollout/generation.h"
 #include "areal/rl/micro_batches.h"
 #include "areal/rl/periodic_saves.h"
 #include "areal/rl/ppo_loss.h"
@@ -147,6 +147,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
 
   // ---- engines ----
   FsdpEngine engine(model, comm, compute_dtype, dtype_from_name(actor.grad_reduce_dtype));
+  engine.set_gradient_checkpointing(actor.gradient_checkpointing);
   ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
   // The KL reference: with LoRA the base model (adapters off), else a frozen copy of the
   // initial shards (one more shard set per rank, 1/N of the model).

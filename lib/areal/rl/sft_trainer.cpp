@@ -57,6 +57,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
 
   const at::Device device(me.device);
   FsdpEngine engine(model, comm, dtype_from_name(cfg.actor.dtype), dtype_from_name(cfg.actor.grad_reduce_dtype));
+  engine.set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
   ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
   // Host memory of the training phase alone: its growth over the RSS at its start.
   const int64_t rss_at_start = current_rss_bytes();

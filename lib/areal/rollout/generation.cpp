@@ -1,0 +1,265 @@
+#include "areal/rollout/generation.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "areal/fsdp/save.h"
+#include "areal/model/rotary.h"
+#include "areal/util/memory.h"
+#include "areal/util/strings.h"
+
+#ifdef AREAL_WITH_NCCL
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace areal {
+
+SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id) {
+  SamplingParams p;
+  p.greedy = g.greedy;
+  p.temperature = g.temperature;
+  p.top_p = g.top_p;
+  p.top_k = g.top_k;
+  p.max_new_tokens = g.max_new_tokens;
+  p.min_new_tokens = g.min_new_tokens;
+  p.stop_ids = std::move(stop_ids);
+  for (int64_t id : g.stop_token_ids)
+    if (std::find(p.stop_ids.begin(), p.stop_ids.end(), id) == p.stop_ids.end()) p.stop_ids.push_back(id);
+  p.pad_id = pad_id;
+  return p;
+}
+
+int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
+                             int64_t max_new_tokens) {
+  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t weights = parameters * element;
+  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 * c.num_key_value_heads *
+                        c.head_dim * element;
+  const int64_t logits = rows * c.vocab_size * 4;
+  return weights + cache + logits;
+}
+
+int64_t free_memory_bytes(const at::Device& device) {
+#ifdef AREAL_WITH_NCCL
+  if (device.is_cuda()) {
+    c10::cuda::CUDAGuard guard(device);
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return static_cast<int64_t>(free);
+    return 0;
+  }
+#endif
+  (void)device;
+  return available_host_bytes();
+}
+
+void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
+                          int64_t max_new_tokens, const at::Device& device) {
+  const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens);
+  const int64_t free = free_memory_bytes(device);
+  if (free > 0 && need > free)
+    throw std::runtime_error(cat("the rollout needs ", format_bytes(need), " on ", device.str(), " (full weights in ",
+                                 c10::toString(dtype), " + KV cache for ", rows, " answers of up to ",
+                                 max_prompt + max_new_tokens, " tokens) but only ", format_bytes(free),
+                                 " is free; lower gconfig.n_samples, train_dataset.batch_size or "
+                                 "gconfig.max_new_tokens, or use more ranks"));
+}
+
+std::shared_ptr<CausalLM> gather_policy(const ShardedModel& model, Communicator& comm, at::ScalarType dtype,
+                                        const at::Device& device) {
+  auto policy = std::make_shared<CausalLM>(model.config(), at::TensorOptions().dtype(dtype).device(device));
+  auto params = policy->named_parameters();
+  at::NoGradGuard no_grad;
+  for (size_t u = 0; u < model.units().size(); ++u)
+    for (auto& [name, weight] : gather_unit_weights(model, comm, u, dtype, /*merge_adapters=*/true))
+      params[name].copy_(weight);
+  return policy;
+}
+
+at::Generator answer_generator(int64_t seed, int64_t step, int64_t prompt, int64_t sample) {
+  // A splitmix-style mix, so nearby (step, prompt, sample) give unrelated streams.
+  uint64_t x = static_cast<uint64_t>(seed);
+  for (int64_t v : {step, prompt, sample}) {
+    x ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (x << 6) + (x >> 2);
+    x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  }
+  return at::make_generator<at::CPUGeneratorImpl>(x);
+}
+
+namespace {
+
+// The next token of each row from its last logits [rows, vocab] (float32, CPU).
+at::Tensor sample(const at::Tensor& logits, const SamplingParams& p, std::vector<at::Generator>& generators) {
+  if (p.greedy) return logits.argmax(-1);
+  at::Tensor scores = logits / p.temperature;
+  const int64_t vocab = scores.size(-1);
+  if (p.top_k > 0 && p.top_k < vocab) {
+    at::Tensor kth = std::get<0>(scores.topk(p.top_k, -1)).narrow(-1, p.top_k - 1, 1);
+    scores = scores.masked_fill(scores < kth, -INFINITY);
+  }
+  if (p.top_p < 1.0) {
+    auto [sorted, order] = scores.sort(-1, /*descending=*/true);
+    at::Tensor probs = sorted.softmax(-1);
+    // Drop a token when the tokens before it already reach top_p (the first always stays).
+    at::Tensor drop = (probs.cumsum(-1) - probs) >= p.top_p;
+    scores = scores.scatter(-1, order, sorted.masked_fill(drop, -INFINITY));
+  }
+  at::Tensor probs = scores.softmax(-1);
+  at::Tensor next = at::empty({probs.size(0)}, at::kLong);
+  for (int64_t r = 0; r < probs.size(0); ++r) next[r] = at::multinomial(probs[r], 1, false, generators[r]).item<int64_t>();
+  return next;
+}
+
+}  // namespace
+
+namespace {
+
+// The layers' keys and values for every row of the batch, preallocated for the whole
+// answer ([rows, kv_heads, capacity, head_dim] per layer) and written in place: never
+// grown by concatenation, never copied out per query head. Row b holds its own tokens
+// from position 0 (no left padding); lengths[b] of them are real.
+struct RowCache {
+  std::vector<at::Tensor> keys, values;
+  std::vector<int64_t> lengths;
+
+  RowCache(const CausalLM& model, int64_t rows, int64_t capacity) : lengths(rows, 0) {
+    const ModelConfig& c = model.config();
+    const at::TensorOptions options = model.model->embed_tokens.options();
+    // Zeros, not empty: attention gives a masked key weight 0, and 0 x a NaN left in
+    // fresh memory would still be NaN.
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      keys.push_back(at::zeros({rows, c.num_key_value_heads, capacity, c.head_dim}, options));
+      values.push_back(at::zeros({rows, c.num_key_value_heads, capacity, c.head_dim}, options));
+    }
+  }
+  int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
+
+  // Keeps rows `keep` (in that order), dropping the others: one copy of what stays.
+  void keep_rows(const std::vector<int64_t>& keep) {
+    at::Tensor index = at::tensor(keep, at::kLong).to(keys[0].device());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      keys[i] = keys[i].index_select(0, index);
+      values[i] = values[i].index_select(0, index);
+    }
+    std::vector<int64_t> kept;
+    for (int64_t r : keep) kept.push_back(lengths[r]);
+    lengths = kept;
+  }
+};
+
+// Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
+// the model, appending to the cache at each row's length, and returns the logits of
+// each row's last real token [B, vocab]: the head runs on B positions only.
+at::Tensor extend(CausalLM& model, RowCache& cache, const at::Tensor& ids, const std::vector<int64_t>& counts) {
+  const ModelConfig& c = model.config();
+  const at::Device device = model.model->embed_tokens.device();
+  const int64_t rows = ids.size(0), length = ids.size(1);
+  // Row b's token t sits at position lengths[b] + t (rotary and cache slot alike).
+  at::Tensor start = at::tensor(cache.lengths, at::kLong);
+  at::Tensor positions = (start.view({rows, 1}) + at::arange(length, at::kLong).view({1, length})).to(device);
+  int64_t longest = 0;
+  for (int64_t b = 0; b < rows; ++b) longest = std::max(longest, cache.lengths[b] + counts[b]);
+  // A query attends to the keys up to its own position; its row's padding comes after
+  // its last real token, so no real query sees it.
+  at::Tensor key_index = at::arange(longest, at::kLong).to(device).view({1, 1, 1, longest});
+  at::Tensor mask = key_index <= positions.view({rows, 1, length, 1});
+
+  AttentionInputs attention;
+  std::tie(attention.cos, attention.sin) =
+      rotary_cos_sin(positions, c.head_dim, c.rope_theta, model.model->embed_tokens.scalar_type());
+  attention.mask = mask;
+  attention.cache_positions = positions;
+  attention.cache_length = longest;
+  at::Tensor h = at::embedding(model.model->embed_tokens, ids.to(device));
+  for (size_t i = 0; i < model.model->layers.size(); ++i)
+    h = model.model->layers[i]->forward(h, attention, cache.keys[i], cache.values[i]);
+  std::vector<int64_t> last(rows);
+  for (int64_t b = 0; b < rows; ++b) {
+    last[b] = counts[b] - 1;
+    cache.lengths[b] += counts[b];
+  }
+  at::Tensor index = at::tensor(last, at::kLong).to(device).view({rows, 1, 1}).expand({rows, 1, h.size(-1)});
+  at::Tensor final_hidden = h.gather(1, index);
+  return lm_logits(c, model.model->norm, model.lm_head.defined() ? model.lm_head : model.model->embed_tokens,
+                   final_hidden)
+      .select(1, 0);
+}
+
+}  // namespace
+
+std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const SamplingParams& p, std::vector<at::Generator>& generators) {
+  at::NoGradGuard no_grad;
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  std::vector<Generated> out(rows);
+  if (rows == 0) return out;
+  if (!p.greedy && static_cast<int64_t>(generators.size()) != rows)
+    throw std::invalid_argument(cat("generate: ", rows, " prompts but ", generators.size(), " generators"));
+
+  // Prefill: prompts right-padded into one batch; each row's cache starts at 0.
+  int64_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
+  at::Tensor ids = at::full({rows, longest}, p.pad_id, at::kLong);
+  std::vector<int64_t> counts(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    counts[r] = static_cast<int64_t>(prompts[r].size());
+    if (counts[r] == 0) throw std::invalid_argument(cat("generate: prompt ", r, " is empty"));
+    ids[r].narrow(0, 0, counts[r]).copy_(at::tensor(prompts[r], at::kLong));
+  }
+  RowCache cache(model, rows, longest + p.max_new_tokens);
+  at::Tensor logits = extend(model, cache, ids, counts);
+
+  // Decoding. `batch[i]` is the answer that row i of the cache and of `logits` belongs
+  // to; a finished answer leaves the batch, and the cache drops finished rows once a
+  // quarter of them are done (one copy of the rest), so the steps shrink with the
+  // batch instead of feeding padding to the end.
+  std::vector<int64_t> batch(rows);
+  for (int64_t r = 0; r < rows; ++r) batch[r] = r;
+  std::vector<bool> done(rows, false);
+  const at::Tensor stop_ids = at::tensor(p.stop_ids, at::kLong);
+  for (int64_t step = 0; step < p.max_new_tokens; ++step) {
+    at::Tensor last = logits.to(at::kFloat).cpu();  // the step's one wait for the device
+    if (!at::isfinite(last).all().item<bool>())
+      throw std::runtime_error(cat("generation: the policy's logits are not finite at new token ", step + 1,
+                                   " (NaN or inf in the weights; a diverged run? lower optimizer.lr)"));
+    if (step < p.min_new_tokens && stop_ids.numel() > 0) last.index_fill_(-1, stop_ids, -INFINITY);
+    std::vector<at::Generator> row_generators;
+    if (!p.greedy)
+      for (int64_t r : batch) row_generators.push_back(generators[r]);
+    at::Tensor next = sample(last, p, row_generators);
+    at::Tensor logprobs = (last / p.temperature).log_softmax(-1).gather(-1, next.unsqueeze(-1)).squeeze(-1);
+    auto next_of = next.accessor<int64_t, 1>();
+    auto logprob_of = logprobs.accessor<float, 1>();
+    std::vector<int64_t> active;  // rows of this batch that go on
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t r = batch[i], token = next_of[i];
+      if (done[r]) continue;
+      out[r].tokens.push_back(token);
+      out[r].logprobs.push_back(logprob_of[i]);
+      if (std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end()) done[r] = true;
+      else active.push_back(static_cast<int64_t>(i));
+    }
+    if (active.empty() || step + 1 == p.max_new_tokens) break;
+
+    if (4 * static_cast<int64_t>(active.size()) <= 3 * cache.rows()) {
+      cache.keep_rows(active);
+      std::vector<int64_t> kept_batch;
+      for (int64_t i : active) kept_batch.push_back(batch[i]);
+      batch = kept_batch;
+      next = next.index_select(0, at::tensor(active, at::kLong));
+    }
+    // Finished rows still in the batch feed padding at their own length: their cache
+    // beyond the answer is never read.
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (done[batch[i]]) next[static_cast<int64_t>(i)] = p.pad_id;
+    std::vector<int64_t> ones(batch.size(), 1);
+    logits = extend(model, cache, next.unsqueeze(1), ones);
+  }
+  for (int64_t r = 0; r < rows; ++r) out[r].truncated = !done[r];
+  return out;
+}
+
+}  // namespace areal
