@@ -51,8 +51,9 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 std::shared_ptr<CausalLM> gather_policy(const ShardedModel& model, Communicator& comm, at::ScalarType dtype,
                                         const at::Device& device);
 
-// One answer per prompt (repeat a prompt for several samples), in one batch: prompts
-// left-padded, then token by token with the cache. Row r samples on the CPU with
+// One answer per prompt (repeat a prompt for several samples), in one batch: one
+// prefill of the right-padded prompts, then token by token with a preallocated cache;
+// finished answers leave the batch (docs/rl.md). Row r samples on the CPU with
 // generators[r], so an answer depends on its row's seed, not on the device, the batch
 // it shares or the rank that generates it.
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
