@@ -137,6 +137,15 @@ PooledFlat whole_unit(FsdpEngine& engine, const UnitLayout& layout, const at::Te
   return flat;
 }
 
+// A recorded graph's flat (released after its forward) backed by a pool block again and
+// gathered into, so the graph's views see the unit's weights once more.
+PooledFlat regather(FsdpEngine& engine, const at::Tensor& flat, const at::Tensor& shard) {
+  PooledFlat again(engine.buffers(), flat);
+  again.reacquire();
+  gather_into(engine, shard, again.tensor());
+  return again;
+}
+
 // The base unit's and (with LoRA on for this use) the adapters' gathered weights.
 struct GatheredUse {
   PooledFlat base, adapter;
@@ -250,14 +259,9 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
       x_leaf = d.at("x_leaf").toTensor();
       leaves = d.at("leaves").toTensorVector();
       if (!shards_are_whole(engine)) {  // else the graph's views are the shards themselves
-        base = PooledFlat(engine.buffers(), d.at("flat").toTensor());
-        base.reacquire();
-        gather_into(engine, engine.model().shard(call.unit), base.tensor());
-        if (call.with_adapter) {
-          adapter = PooledFlat(engine.buffers(), d.at("adapter_flat").toTensor());
-          adapter.reacquire();
-          gather_into(engine, engine.model().adapter_shard(call.unit - 1), adapter.tensor());
-        }
+        base = regather(engine, d.at("flat").toTensor(), engine.model().shard(call.unit));
+        if (call.with_adapter)
+          adapter = regather(engine, d.at("adapter_flat").toTensor(), engine.model().adapter_shard(call.unit - 1));
       }
     } else {
       gathered.emplace(call);
