@@ -24,7 +24,7 @@ struct BadCase {
 
 }  // namespace
 
-TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[binary][mpi][checks]") {
+TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[binary][mpi][checks][slow]") {
   const fs::path root = fs::temp_directory_path() / ("areal_checks_" + std::to_string(::getpid()));
   fs::create_directories(root);
   const fs::path two_rows = root / "two_rows.jsonl";

@@ -65,7 +65,7 @@ TEST_CASE("rl job: configs/ci_smoke.yaml runs the whole pipeline under mpirun -n
     CHECK(fs::exists(run_dir / "checkpoint" / file));
 }
 
-TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2", "[rl][binary][mpi]") {
+TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2", "[rl][binary][mpi][slow]") {
   const fs::path root = fresh_dir("n1n2");
   // A short warm-up, so that some sampled answers are right and advantages are not all zero
   // (800 steps: about 30% greedy accuracy; at 400 the model is still at the edge of
