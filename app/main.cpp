@@ -2,6 +2,7 @@
 // Logic lives in lib/areal; this file only wires it together.
 #include <iostream>
 
+#include "areal/config/allocation.h"
 #include "areal/config/cli.h"
 #include "areal/config/emit.h"
 #include "areal/config/loader.h"
@@ -46,8 +47,12 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
 int run_job(const areal::Config& cfg) {
   areal::RankInfo me = areal::bootstrap(cfg);
   areal::log::configure(me.rank, me.world_size, cfg.log.level, cfg.log.all_ranks);
-  areal::log::info(areal::cat("bootstrap: world_size=", me.world_size, ", NCCL ", areal::nccl_version(),
-                              ", allocation_mode=", cfg.allocation_mode));
+  areal::log::info(areal::cat("bootstrap: world_size=", me.world_size, ", NCCL ", areal::nccl_version()));
+  {
+    areal::Allocation allocation = areal::parse_allocation(cfg);
+    areal::check_allocation_against_world(allocation, me.world_size);
+    areal::log::info(areal::describe_allocation(allocation));
+  }
   std::string placement = areal::placement_table(me);
   areal::log::info("placement:" + placement);
   {

@@ -130,12 +130,19 @@ TEST_CASE("binary: under mpirun -np 2 a config error is printed once and the job
   CHECK(count(print.stdout_only, "memory_efficient_load:") == 1);
 }
 
-TEST_CASE("binary: allocation_mode is checked against the world size", "[binary][mpi]") {
+TEST_CASE("binary: the backends and allocation_mode are checked against the world size", "[binary][mpi]") {
   Result wrong = run(kMpirun2 + " --init_from_scratch true --allocation_mode fsdp:d4");
-  CHECK(wrong.exit_code != 0);
-  CHECK(count(wrong.output, "asks for 4 data-parallel ranks but the job has 2") == 1);
+  CHECK(wrong.exit_code == 2);
+  CHECK(count(wrong.output, "asks for 4 training ranks but the job has 2") == 1);
+  Result too_wide = run(kMpirun2 + " --init_from_scratch true --rollout.backend sglang:d1t4");
+  CHECK(too_wide.exit_code == 2);
+  CHECK(count(too_wide.output, "asks for 4 generation ranks") == 1);
   Result right = run(kMpirun2 + " --init_from_scratch true --allocation_mode d2");
   CHECK(right.exit_code == 0);
+  Result tensor_parallel = run(kMpirun2 + " --init_from_scratch true --rollout.backend sglang:d1t2 --actor.backend fsdp:d2");
+  CHECK(tensor_parallel.exit_code == 0);
+  CHECK_THAT(tensor_parallel.output, Contains("generation: 1 replica x 2 tensor-parallel ranks (the built-in engine "
+                                              "in the shape of sglang); training: FSDP over 2 ranks; colocated"));
 }
 
 TEST_CASE("binary: log.all_ranks lets every rank log info lines, log.level filters", "[binary][mpi]") {

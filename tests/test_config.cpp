@@ -89,6 +89,8 @@ TEST_CASE("defaults follow AReaL where the concept is the same", "[config]") {
   CHECK(cfg.actor.ppo_n_minibatches == 4);
   CHECK(cfg.gconfig.n_samples == 1);
   CHECK(cfg.allocation_mode == "static");
+  CHECK(cfg.rollout.backend.empty());
+  CHECK(cfg.actor.backend.empty());
 }
 
 TEST_CASE("YAML nested maps set options, lists load from sequences", "[config]") {
@@ -286,17 +288,42 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
   }
 }
 
-TEST_CASE("allocation_mode: static, fsdp:dN and dN", "[config][allocation]") {
-  CHECK(parse_allocation_mode("static").is_static);
-  CHECK(parse_allocation_mode("fsdp:d4").data_parallel == 4);
-  CHECK(parse_allocation_mode("d2").data_parallel == 2);
-  CHECK_FALSE(parse_allocation_mode("d2").is_static);
-  CHECK_THAT(error_of([] { parse_allocation_mode("sglang:d4+fsdp:d4"); }), Contains("inference servers"));
-  CHECK_THAT(error_of([] { parse_allocation_mode("fsdp:d2p2t1"); }), Contains("pipeline or tensor"));
-  CHECK_THAT(error_of([] { parse_allocation_mode("megatron"); }), Contains("accepted: static, fsdp:dN, dN"));
-  CHECK_THAT(error_of([] { parse_allocation_mode("d0"); }), Contains("at least one"));
-  CHECK_NOTHROW(check_allocation_against_world(parse_allocation_mode("d4"), "d4", 4));
-  CHECK_NOTHROW(check_allocation_against_world(parse_allocation_mode("static"), "static", 3));
-  CHECK_THAT(error_of([] { check_allocation_against_world(parse_allocation_mode("fsdp:d4"), "fsdp:d4", 2); }),
-             Contains("asks for 4") && Contains("has 2"));
+TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocation_mode", "[config][allocation]") {
+  auto shapes = [](const std::string& rollout, const std::string& actor, const std::string& mode, int world) {
+    Config cfg;
+    cfg.rollout.backend = rollout;
+    cfg.actor.backend = actor;
+    cfg.allocation_mode = mode;
+    Allocation a = parse_allocation(cfg);
+    check_allocation_against_world(a, world);
+    return a;
+  };
+  // Defaults: every rank trains and generates alone.
+  Allocation plain = shapes("", "", "static", 3);
+  CHECK((plain.actor.data == 3 && plain.rollout.data == 3 && plain.tensor_parallel() == 1));
+  // AReaL's spellings: sglang/vllm mean the built-in engine of that shape; p1 and c1 are no parallelism.
+  for (const char* rollout : {"areal:d1t2", "sglang:d1t2", "vllm:d1p1t2", "t2d1"}) {
+    Allocation a = shapes(rollout, "fsdp:d2", "static", 2);
+    CHECK((a.rollout.data == 1 && a.tensor_parallel() == 2 && a.actor.data == 2));
+  }
+  CHECK(shapes("sglang:d2t2", "", "static", 4).tensor_parallel() == 2);
+  CHECK_THAT(describe_allocation(shapes("sglang:d2t2", "", "static", 4)),
+             Contains("2 replicas x 2 tensor-parallel ranks") && Contains("shape of sglang") && Contains("FSDP over 4"));
+  // allocation_mode maps onto the two backends.
+  Allocation old = shapes("", "", "sglang:d1t4+fsdp:d4", 4);
+  CHECK((old.rollout.engine == "sglang" && old.tensor_parallel() == 4 && old.actor.data == 4));
+  CHECK(shapes("", "", "d2", 2).actor.data == 2);
+  CHECK(shapes("", "", "fsdp:d2", 2).actor.data == 2);
+  // Refusals name the option and say why.
+  CHECK_THAT(error_of([&] { shapes("sglang:d2t2", "", "sglang:d1t4+fsdp:d4", 4); }), Contains("disagrees"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2p2", "static", 2); }), Contains("'actor.backend'") && Contains("pipeline"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d1t2", "static", 2); }), Contains("tensor-parallel training"));
+  CHECK_THAT(error_of([&] { shapes("", "megatron", "static", 2); }), Contains("engine 'megatron'"));
+  CHECK_THAT(error_of([&] { shapes("tgi:d1t2", "", "static", 2); }), Contains("'rollout.backend'") && Contains("'tgi'"));
+  CHECK_THAT(error_of([&] { shapes("", "", "d0", 2); }), Contains("positive count"));
+  CHECK_THAT(error_of([&] { shapes("areal:t2", "", "static", 2); }), Contains("no data-parallel size"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d4", "static", 2); }), Contains("asks for 4") && Contains("has 2"));
+  CHECK_THAT(error_of([&] { shapes("areal:d1t4", "", "static", 2); }), Contains("asks for 4 generation ranks"));
+  // Shapes that add up to the world size are separate groups: asynchronous RL, not built yet.
+  CHECK_THAT(error_of([&] { shapes("", "", "sglang:d1t2+fsdp:d2", 4); }), Contains("asynchronous RL"));
 }

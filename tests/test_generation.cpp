@@ -153,14 +153,25 @@ TEST_CASE("generation: answers leaving the batch early change no other answer", 
 TEST_CASE("generation: the rollout's memory estimate and the refusal when it does not fit", "[rl][generation]") {
   auto model = load_causal_lm(kModel, at::kFloat);
   const ModelConfig& c = model->config();
-  int64_t parameters = 0;
-  for (const auto& p : model->parameters()) parameters += p.numel();
-  // weights + cache (rows x tokens x layers x k,v x kv heads x head dim) + one step's logits, float32
-  const int64_t expected = parameters * 4 + 8 * (10 + 20) * c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * 4 +
-                           8 * c.vocab_size * 4;
-  CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20) == expected);
+  int64_t parameters = 0, layer0 = 0, embedding = 0;
+  for (const auto& p : model->named_parameters()) {
+    parameters += p.value().numel();
+    if (p.key().rfind("model.layers.0.", 0) == 0) layer0 += p.value().numel();
+    if (p.key() == "model.embed_tokens.weight" || p.key() == "model.norm.weight") embedding += p.value().numel();
+  }
+  CHECK(largest_unit_parameters(c) == std::max(layer0, embedding));
+  REQUIRE(c.num_key_value_heads % 2 == 0);
+  for (int64_t t : {1, 2}) {
+    // weights / t + the unit being sliced (float32 + dtype) + cache / t (rows x tokens x
+    // layers x k,v x kv heads x head dim) + one step's joined logits (float32 + dtype)
+    const int64_t expected = (parameters + t - 1) / t * 4 + std::max(layer0, embedding) * 8 +
+                             8 * (10 + 20) * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) * c.head_dim * 4 +
+                             8 * c.vocab_size * 8;
+    CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t) == expected);
+  }
   CHECK(free_memory_bytes(at::Device("cpu")) > 0);
-  CHECK_NOTHROW(check_rollout_memory(c, parameters, at::kFloat, 8, 10, 20, at::Device("cpu")));
-  CHECK_THROWS_WITH(check_rollout_memory(c, parameters, at::kFloat, 1 << 20, 1 << 20, 1 << 20, at::Device("cpu")),
-                    Catch::Matchers::Contains("the rollout needs") && Catch::Matchers::Contains("is free"));
+  CHECK_NOTHROW(check_rollout_memory(c, parameters, at::kFloat, 8, 10, 20, 1, at::Device("cpu")));
+  CHECK_THROWS_WITH(check_rollout_memory(c, parameters, at::kFloat, 1 << 20, 1 << 20, 1 << 20, 2, at::Device("cpu")),
+                    Catch::Matchers::Contains("the rollout needs") && Catch::Matchers::Contains("is free") &&
+                        Catch::Matchers::Contains("rollout.backend"));
 }

@@ -91,6 +91,13 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   json recomputed = first_step(2, "actor.recompute_logprob=true");
   for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
     CHECK(recomputed[key].get<double>() == Approx(two[key].get<double>()).epsilon(1e-4).margin(1e-6));
+  // Tensor-parallel generation (both ranks generate the batch together, each holding
+  // half of every weight) samples the same answers: the same step.
+  json tensor_parallel = first_step(2, "rollout.backend=sglang:d1t2 actor.backend=fsdp:d2");
+  for (const char* exact : {"reward_mean", "accuracy", "response_length_mean", "response_length_max"})
+    CHECK(tensor_parallel[exact].get<double>() == two[exact].get<double>());
+  for (const char* close : {"loss", "grad_norm", "clip_fraction"})
+    CHECK(tensor_parallel[close].get<double>() == Approx(two[close].get<double>()).epsilon(1e-4).margin(1e-6));
   // LoRA with a KL penalty: once the adapters have moved, the policy differs from the
   // reference (the base with adapters off) and the KL becomes non-zero.
   {

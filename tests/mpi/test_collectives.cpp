@@ -210,3 +210,33 @@ TEST_CASE("bad inputs are refused before any communication", "[mpi][errors]") {
   g_comm->all_reduce(ok, ReduceOp::Sum);
   CHECK(at::equal(ok, at::full({3}, static_cast<float>(n))));
 }
+
+// Groups of consecutive ranks (the tensor-parallel groups of generation): each group's
+// collectives see only its members, numbered by key, and the parent still sees all.
+TEST_CASE("collectives: split into groups of consecutive ranks", "[mpi][collectives][split]") {
+  for (int size : {1, 2}) {
+    if (g_me.world_size % size != 0) continue;
+    INFO("groups of " << size);
+    const int first = g_me.rank / size * size;
+    std::unique_ptr<Communicator> group = g_comm->split(g_me.rank / size, g_me.rank % size);
+    CHECK(group->world_size() == size);
+    CHECK(group->rank() == g_me.rank - first);
+    // The sum of the members' rank numbers, and their numbers gathered in key order.
+    at::Tensor sum = on_device(at::tensor({static_cast<double>(g_me.rank)}, at::kDouble));
+    group->all_reduce(sum, ReduceOp::Sum);
+    double expected = 0;
+    for (int r = first; r < first + size; ++r) expected += r;
+    CHECK(sum.cpu().item<double>() == expected);
+    at::Tensor mine = on_device(at::tensor({int64_t{g_me.rank}}, at::kLong));
+    at::Tensor members = on_device(at::zeros({size}, at::kLong));
+    group->all_gather(mine, members);
+    for (int r = 0; r < size; ++r) CHECK(members.cpu()[r].item<int64_t>() == first + r);
+    // A key that reverses the order numbers the members backwards.
+    std::unique_ptr<Communicator> reversed = g_comm->split(g_me.rank / size, size - 1 - g_me.rank % size);
+    CHECK(reversed->rank() == size - 1 - (g_me.rank - first));
+    // The parent is untouched.
+    at::Tensor all = on_device(at::tensor({1.0}, at::kDouble));
+    g_comm->all_reduce(all, ReduceOp::Sum);
+    CHECK(all.cpu().item<double>() == g_me.world_size);
+  }
+}

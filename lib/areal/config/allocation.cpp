@@ -1,5 +1,6 @@
 #include "areal/config/allocation.h"
 
+#include <cctype>
 #include <charconv>
 
 #include "areal/util/error.h"
@@ -7,32 +8,104 @@
 
 namespace areal {
 
-AllocationMode parse_allocation_mode(const std::string& text) {
-  if (text == "static") return {};
-  auto refuse = [&](const std::string& why) -> AllocationMode {
-    throw ConfigError(cat("option 'allocation_mode': '", text, "' ", why,
-                          " (accepted: static, fsdp:dN, dN; e.g. fsdp:d4)"));
+EngineShape parse_engine_shape(const std::string& text, const std::string& option, bool generation) {
+  const char* engines = generation ? "areal, sglang or vllm" : "fsdp";
+  auto refuse = [&](const std::string& why) -> EngineShape {
+    throw ConfigError(cat("option '", option, "': '", text, "' ", why, " (e.g. ",
+                          generation ? "areal:d1t2 or AReaL's sglang:d2t4" : "fsdp:d4", ")"));
   };
-  if (text.find('+') != std::string::npos)
-    return refuse("names separate inference servers; areal-train generates with its own ranks, so give only the "
-                  "training side");
-  std::string body = starts_with(text, "fsdp:") ? text.substr(5) : text;
-  if (body.size() < 2 || body[0] != 'd') return refuse("is not an allocation mode");
-  int64_t n = 0;
-  auto [end, ec] = std::from_chars(body.data() + 1, body.data() + body.size(), n);
-  if (ec != std::errc() || end != body.data() + body.size())
-    return refuse(body.find_first_of("pt") != std::string::npos
-                      ? "uses pipeline or tensor parallelism, which areal-train does not have"
-                      : "is not an allocation mode");
-  if (n < 1) return refuse("needs at least one data-parallel rank");
-  return {false, n};
+  EngineShape shape;
+  std::string dims = text;
+  if (const size_t colon = text.find(':'); colon != std::string::npos) {
+    shape.engine = text.substr(0, colon);
+    dims = text.substr(colon + 1);
+  } else if (text.find_first_of("0123456789") == std::string::npos) {
+    shape.engine = text;  // a name without dimensions ("megatron")
+    dims.clear();
+  }
+  if (shape.engine.empty()) shape.engine = generation ? "areal" : "fsdp";
+  const bool known = generation ? (shape.engine == "areal" || shape.engine == "sglang" || shape.engine == "vllm")
+                                : shape.engine == "fsdp";
+  if (!known)
+    return refuse(cat("names the engine '", shape.engine, "'; areal-train's ", generation ? "generation" : "training",
+                      " engine is spelled ", engines));
+  int64_t pipeline = 1, context = 1;
+  size_t at = 0;
+  while (at < dims.size()) {
+    const char dim = dims[at++];
+    int64_t n = 0;
+    auto [end, ec] = std::from_chars(dims.data() + at, dims.data() + dims.size(), n);
+    if (ec != std::errc() || n < 1) return refuse(cat("needs a positive count after '", std::string(1, dim), "'"));
+    at = static_cast<size_t>(end - dims.data());
+    switch (dim) {
+      case 'd': shape.data = n; break;
+      case 't': shape.tensor = n; break;
+      case 'p': pipeline = n; break;
+      case 'c': context = n; break;
+      default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c"));
+    }
+  }
+  if (shape.data == 0) return refuse("gives no data-parallel size 'dN'");
+  if (pipeline != 1) return refuse("asks for pipeline parallelism, which areal-train does not have (use p1)");
+  if (context != 1) return refuse("asks for context parallelism, which areal-train does not have (use c1)");
+  if (!generation && shape.tensor != 1)
+    return refuse("asks for tensor-parallel training, which areal-train does not have: it trains with FSDP "
+                  "(tensor parallelism is for generation, in rollout.backend)");
+  return shape;
 }
 
-void check_allocation_against_world(const AllocationMode& mode, const std::string& text, int world_size) {
-  if (mode.is_static || mode.data_parallel == world_size) return;
-  throw ConfigError(cat("option 'allocation_mode': '", text, "' asks for ", mode.data_parallel,
-                        " data-parallel ranks but the job has ", world_size,
-                        " (launch with mpirun -np ", mode.data_parallel, ", or set allocation_mode=static)"));
+Allocation parse_allocation(const Config& cfg) {
+  Allocation a;
+  if (!cfg.rollout.backend.empty()) a.rollout = parse_engine_shape(cfg.rollout.backend, "rollout.backend", true);
+  if (!cfg.actor.backend.empty()) a.actor = parse_engine_shape(cfg.actor.backend, "actor.backend", false);
+  const std::string& mode = cfg.allocation_mode;
+  if (mode == "static") return a;
+  // The deprecated spelling: "fsdp:dN", "dN", or "<generation>+<training>".
+  Allocation old;
+  if (const size_t plus = mode.find('+'); plus != std::string::npos) {
+    old.rollout = parse_engine_shape(mode.substr(0, plus), "allocation_mode", true);
+    old.actor = parse_engine_shape(mode.substr(plus + 1), "allocation_mode", false);
+  } else {
+    old.actor = parse_engine_shape(mode, "allocation_mode", false);
+  }
+  auto same = [](const EngineShape& x, const EngineShape& y) { return x.data == y.data && x.tensor == y.tensor; };
+  if ((!a.rollout.engine.empty() && !old.rollout.engine.empty() && !same(a.rollout, old.rollout)) ||
+      (!a.actor.engine.empty() && !same(a.actor, old.actor)))
+    throw ConfigError(cat("option 'allocation_mode': '", mode, "' disagrees with rollout.backend '",
+                          cfg.rollout.backend, "' / actor.backend '", cfg.actor.backend,
+                          "'; give the shapes once (allocation_mode is the deprecated spelling)"));
+  if (a.rollout.engine.empty()) a.rollout = old.rollout;
+  if (a.actor.engine.empty()) a.actor = old.actor;
+  return a;
+}
+
+void check_allocation_against_world(Allocation& a, int world_size) {
+  if (a.actor.engine.empty()) a.actor = {"fsdp", world_size, 1};
+  const bool rollout_given = !a.rollout.engine.empty();
+  if (!rollout_given) a.rollout = {"", a.actor.data, 1};  // every training rank generates alone
+  if (a.rollout.ranks() == world_size && a.actor.ranks() == world_size) return;  // colocated
+  if (rollout_given && a.rollout.ranks() + a.actor.ranks() == world_size)
+    throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' ask for ", a.rollout.ranks(),
+                          " generation ranks beside ", a.actor.ranks(),
+                          " training ranks: separate generation and training ranks are asynchronous RL, which "
+                          "areal-train does not have yet; give shapes that each cover all ", world_size,
+                          " ranks (e.g. rollout.backend=areal:d", std::max<int64_t>(1, world_size / a.rollout.tensor),
+                          "t", a.rollout.tensor, " actor.backend=fsdp:d", world_size, ")"));
+  if (a.actor.ranks() != world_size)
+    throw ConfigError(cat("option 'actor.backend': 'fsdp:d", a.actor.data, "' asks for ", a.actor.ranks(),
+                          " training ranks but the job has ", world_size, " (launch with mpirun -np ",
+                          a.actor.ranks(), ", or leave actor.backend empty)"));
+  throw ConfigError(cat("option 'rollout.backend': '", a.rollout.engine, ":d", a.rollout.data, "t", a.rollout.tensor,
+                        "' asks for ", a.rollout.ranks(), " generation ranks (d x t) but the job has ", world_size,
+                        " and generation runs on the training ranks; use d x t = ", world_size));
+}
+
+std::string describe_allocation(const Allocation& a) {
+  const bool builtin_name = a.rollout.engine.empty() || a.rollout.engine == "areal";
+  return cat("generation: ", a.rollout.data, a.rollout.data == 1 ? " replica" : " replicas", " x ", a.rollout.tensor,
+             " tensor-parallel ", a.rollout.tensor == 1 ? "rank" : "ranks",
+             builtin_name ? "" : cat(" (the built-in engine in the shape of ", a.rollout.engine, ")"),
+             "; training: FSDP over ", a.actor.data, a.actor.data == 1 ? " rank" : " ranks", "; colocated");
 }
 
 }  // namespace areal

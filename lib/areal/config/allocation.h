@@ -1,22 +1,44 @@
-// `allocation_mode`: how the ranks of a job are used.
+// How the ranks of a job are used: the generation shape (`rollout.backend`) and the
+// training shape (`actor.backend`), in AReaL's spellings, or AReaL's deprecated
+// `allocation_mode` that names both ("sglang:d2t4+fsdp:d8").
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "areal/config/config.h"
+
 namespace areal {
 
-struct AllocationMode {
-  bool is_static = true;     // every rank trains and generates
-  int64_t data_parallel = 0; // N of `fsdp:dN` / `dN`; 0 for static
+// One engine's shape: `engine:dDtTpP` (any order of the dimensions; absent = 1).
+struct EngineShape {
+  std::string engine;  // "areal", "sglang", "vllm" (generation); "fsdp" (training); "" when not given
+  int64_t data = 0;    // D replicas; 0 when not given (every rank)
+  int64_t tensor = 1;  // T ranks per replica
+  int64_t ranks() const { return data * tensor; }
 };
 
-// Parses `static`, `fsdp:dN` or `dN` (AReaL's training-side spelling); throws
-// ConfigError for anything else, saying which spellings exist.
-AllocationMode parse_allocation_mode(const std::string& text);
+struct Allocation {
+  EngineShape rollout;  // engine "" when generation follows the training ranks with t = 1
+  EngineShape actor;
+  // Set once the world size is known (check_allocation_against_world).
+  int64_t tensor_parallel() const { return rollout.tensor; }
+};
 
-// Throws ConfigError when the mode asks for a different number of ranks than
-// the job has.
-void check_allocation_against_world(const AllocationMode& mode, const std::string& text, int world_size);
+// Parses `text` as option `option`'s shape; throws ConfigError naming the option.
+EngineShape parse_engine_shape(const std::string& text, const std::string& option, bool generation);
+
+// The job's shapes from rollout.backend, actor.backend and allocation_mode; throws
+// ConfigError for a bad spelling or when allocation_mode disagrees with a backend.
+Allocation parse_allocation(const Config& cfg);
+
+// Fills in the shapes left to the world size and throws ConfigError when the shapes
+// ask for a different number of ranks than the job has, or for separate generation
+// ranks (asynchronous RL, not built yet).
+void check_allocation_against_world(Allocation& allocation, int world_size);
+
+// The placement, for the start-up log: "generation: 1 replica x 2 tensor-parallel
+// ranks (built-in engine); training: FSDP over 2 ranks; colocated".
+std::string describe_allocation(const Allocation& allocation);
 
 }  // namespace areal

@@ -58,6 +58,7 @@ struct MicroBatchSpec {
 };
 
 struct ActorConfig {
+  std::string backend;  // AReaL's `fsdp:dN`; empty: every rank trains
   std::string dtype = "bfloat16";
   std::string grad_reduce_dtype = "float32";
   bool gradient_checkpointing = false;  // AReaL's default: keep activations
@@ -81,6 +82,11 @@ struct ActorConfig {
   double discount = 1.0;
   double gae_lambda = 1.0;
   bool recompute_logprob = false;
+};
+
+// AReaL's InferenceEngineConfig; only the generation shape so far.
+struct RolloutConfig {
+  std::string backend;  // `areal:dDtT` (or AReaL's sglang:/vllm: spelling); empty: t = 1 on every rank
 };
 
 struct GenerationConfig {
@@ -164,6 +170,7 @@ struct Config {
   FsdpConfig fsdp;
   OptimizerConfig optimizer;
   ActorConfig actor;
+  RolloutConfig rollout;
   GenerationConfig gconfig;
   DatasetConfig train_dataset;
   DatasetConfig valid_dataset;

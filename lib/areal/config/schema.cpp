@@ -165,8 +165,8 @@ std::vector<OptionSpec> declare_options() {
           .choices({"exact_match", "math"}),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
-          .doc("How ranks are used: `static` (every rank trains and generates) or AReaL's training-side "
-               "spelling `fsdp:dN` / `dN` (N must equal the world size)."),
+          .doc("Deprecated (AReaL's older spelling of `rollout.backend` + `actor.backend`): `static` (every "
+               "rank trains and generates), `fsdp:dN` / `dN`, or `sglang:dDtT+fsdp:dN`."),
       OPTION(device).doc("Device of each rank: `auto` (cuda:<local_rank> when CUDA is available, else cpu), "
                          "`cuda` or `cpu`.")
           .choices({"auto", "cuda", "cpu"}),
@@ -209,6 +209,9 @@ std::vector<OptionSpec> declare_options() {
           .at_least(0),
 
       // ---- actor (the policy being trained) ----
+      OPTION(actor.backend)
+          .doc("Training shape, AReaL's spelling `fsdp:dN` (N data-parallel FSDP ranks; N = the world "
+               "size). Empty: every rank trains."),
       OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),
@@ -248,6 +251,10 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine."),
 
       // ---- generation ----
+      OPTION(rollout.backend)
+          .doc("Generation shape `areal:dDtT`: D replicas of T tensor-parallel ranks each (D x T = the world "
+               "size; every rank also trains). AReaL's `sglang:dDtT` / `vllm:dDtT` mean the built-in engine of "
+               "the same shape. Empty: every rank generates alone (t = 1)."),
       OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
       OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")

@@ -38,7 +38,7 @@ void validate_config(const Config& cfg) {
       throw ConfigError(cat("option 'model_path': '", cfg.model_path, "' does not exist"));
   }
 
-  parse_allocation_mode(cfg.allocation_mode);
+  parse_allocation(cfg);
 
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
     throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));

@@ -84,8 +84,8 @@ RankInfo bootstrap(const Config& cfg) {
 
   std::string problem;
   try {
-    check_allocation_against_world(parse_allocation_mode(cfg.allocation_mode), cfg.allocation_mode,
-                                   info.world_size);
+    Allocation allocation = parse_allocation(cfg);
+    check_allocation_against_world(allocation, info.world_size);
     info.device = pick_device(cfg, info.local_rank, info.local_world_size);
   } catch (const ConfigError& e) {
     problem = e.what();

@@ -20,7 +20,8 @@ struct RankInfo {
 
 // Initializes MPI and picks the device from cfg.device. Call once, after the config
 // is validated. Throws ConfigError when the config disagrees with the job
-// (allocation_mode vs world size, device=cuda without GPUs).
+// (rollout.backend / actor.backend / allocation_mode vs world size, device=cuda
+// without GPUs).
 RankInfo bootstrap(const Config& cfg);
 
 // One line per rank (rank, host, local rank, device), gathered to rank 0.

@@ -20,9 +20,14 @@ class CommBackend {
   // follows it with the MPI barrier, which makes it global.
   virtual void barrier() = 0;
   virtual void set_max_message_bytes(int64_t) {}
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The ranks passing the same `color`, ordered by `key` (MPI_Comm_split / ncclCommSplit).
+  virtual std::unique_ptr<CommBackend> split(int color, int key) = 0;
 };
 
-std::unique_ptr<CommBackend> make_mpi_backend(int rank, int world_size);
+// Over a duplicate of MPI_COMM_WORLD.
+std::unique_ptr<CommBackend> make_mpi_backend();
 // Defined only when NCCL is compiled in (AREAL_WITH_NCCL). With a `watchdog`, the work
 // each collective queues is watched until it completes (CollectiveWatchdog::watch_queued).
 std::unique_ptr<CommBackend> make_nccl_backend(int rank, int world_size, int cuda_device,

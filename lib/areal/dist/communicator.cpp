@@ -66,8 +66,8 @@ const char* reduce_op_name(ReduceOp op) {
 
 Communicator::Communicator(const RankInfo& me, double collective_timeout_seconds)
     : rank_(me.rank), world_size_(me.world_size) {
-  if (collective_timeout_seconds > 0) watchdog_ = std::make_unique<CollectiveWatchdog>(collective_timeout_seconds);
-  mpi_ = make_mpi_backend(rank_, world_size_);
+  if (collective_timeout_seconds > 0) watchdog_ = std::make_shared<CollectiveWatchdog>(collective_timeout_seconds);
+  mpi_ = make_mpi_backend();
   if (starts_with(me.device, "cuda")) {
 #ifdef AREAL_WITH_NCCL
     nccl_ = make_nccl_backend(rank_, world_size_, me.local_rank, watchdog_.get());
@@ -131,6 +131,17 @@ void Communicator::barrier() {
   CollectiveWatchdog::Watch watch(watchdog_.get(), "barrier", 0);
   if (nccl_) nccl_->barrier();
   mpi_->barrier();
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "split", 0);
+  std::unique_ptr<Communicator> group(new Communicator());
+  group->watchdog_ = watchdog_;
+  group->mpi_ = mpi_->split(color, key);
+  if (nccl_) group->nccl_ = nccl_->split(color, key);
+  group->rank_ = group->mpi_->rank();
+  group->world_size_ = group->mpi_->size();
+  return group;
 }
 
 void Communicator::set_max_message_bytes(int64_t bytes) {

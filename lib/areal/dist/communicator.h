@@ -53,6 +53,11 @@ class Communicator {
   // Returns when every rank has called it (and this rank's pending NCCL work is done).
   void barrier();
 
+  // A communicator over the ranks that pass the same `color`, ranked by `key` (ties by
+  // rank). Collective over this communicator. The group shares this one's watchdog.
+  // Used for the tensor-parallel groups of generation (rollout/).
+  std::unique_ptr<Communicator> split(int color, int key);
+
   // The MPI path splits messages above this many bytes (MPI counts are int).
   // Tests lower it to exercise the splitting on small buffers.
   void set_max_message_bytes(int64_t bytes);
@@ -61,13 +66,14 @@ class Communicator {
   void set_activity(std::string activity);
 
  private:
+  Communicator() = default;
   CommBackend& backend_for(const at::Tensor& tensor, const char* call);
 
   int rank_ = 0;
   int world_size_ = 1;
   std::unique_ptr<CommBackend> mpi_;
   std::unique_ptr<CommBackend> nccl_;
-  std::unique_ptr<CollectiveWatchdog> watchdog_;
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
 };
 
 const char* reduce_op_name(ReduceOp op);

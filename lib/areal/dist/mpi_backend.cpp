@@ -87,9 +87,11 @@ char* bytes(const at::Tensor& t, int64_t element_offset) {
 
 class MpiBackend final : public CommBackend {
  public:
-  MpiBackend(int rank, int world_size) : rank_(rank), world_size_(world_size) {
-    AREAL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  // Takes ownership of `comm` (a duplicate or split of MPI_COMM_WORLD).
+  explicit MpiBackend(MPI_Comm comm) : comm_(comm) {
     AREAL_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    AREAL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    AREAL_MPI_CHECK(MPI_Comm_size(comm_, &world_size_));
   }
   ~MpiBackend() override {
     int finalized = 0;
@@ -98,6 +100,16 @@ class MpiBackend final : public CommBackend {
   }
 
   void set_max_message_bytes(int64_t bytes) override { max_message_bytes_ = bytes; }
+  int rank() const override { return rank_; }
+  int size() const override { return world_size_; }
+
+  std::unique_ptr<CommBackend> split(int color, int key) override {
+    MPI_Comm group;
+    AREAL_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group));
+    auto backend = std::make_unique<MpiBackend>(group);
+    backend->max_message_bytes_ = max_message_bytes_;
+    return backend;
+  }
 
   void broadcast(at::Tensor& tensor, int root) override {
     for_each_chunk(tensor.numel(), tensor.element_size(), [&](int64_t offset, int64_t n) {
@@ -221,8 +233,10 @@ class MpiBackend final : public CommBackend {
 
 }  // namespace
 
-std::unique_ptr<CommBackend> make_mpi_backend(int rank, int world_size) {
-  return std::make_unique<MpiBackend>(rank, world_size);
+std::unique_ptr<CommBackend> make_mpi_backend() {
+  MPI_Comm comm;
+  AREAL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  return std::make_unique<MpiBackend>(comm);
 }
 
 }  // namespace areal

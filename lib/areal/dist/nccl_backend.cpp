@@ -71,6 +71,12 @@ class NcclBackend final : public CommBackend {
     register_abort_hook(this, [this] { ncclCommAbort(comm_); });
   }
 
+  // Adopts `comm`, a split of another backend's communicator.
+  NcclBackend(ncclComm_t comm, int rank, const NcclBackend& parent)
+      : rank_(rank), watchdog_(parent.watchdog_), device_(parent.device_), stream_(parent.stream_), comm_(comm) {
+    register_abort_hook(this, [this] { ncclCommAbort(comm_); });
+  }
+
   ~NcclBackend() override {
     unregister_abort_hook(this);
     ncclCommDestroy(comm_);
@@ -123,6 +129,17 @@ class NcclBackend final : public CommBackend {
   }
 
   void barrier() override { stream_.synchronize(); }
+  int rank() const override { return rank_; }
+  int size() const override { return world_size(); }
+
+  std::unique_ptr<CommBackend> split(int color, int key) override {
+    c10::cuda::CUDAGuard guard(device_);
+    ncclComm_t group = nullptr;
+    check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit", nullptr);
+    int group_rank = 0;
+    check_nccl(ncclCommUserRank(group, &group_rank), "ncclCommUserRank", nullptr);
+    return std::make_unique<NcclBackend>(group, group_rank, *this);
+  }
 
  private:
   int world_size() const {

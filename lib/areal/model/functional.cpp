@@ -52,7 +52,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
-                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale) {
+                         const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
+                         const PartialSumReduce& reduce) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -104,11 +105,13 @@ at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::
     attended = at::scaled_dot_product_attention(q, attended_keys, attended_values, attention.mask, 0.0, false,
                                                 std::nullopt, gqa);
   }
-  at::Tensor after_attention =
-      x + linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
+  at::Tensor attention_out = linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
+  if (reduce) reduce(attention_out);
+  at::Tensor after_attention = x + attention_out;
 
   at::Tensor m = rms_norm(after_attention, w("post_attention_layernorm.weight"), c.rms_norm_eps);
   at::Tensor mlp = linear(at::silu(linear(m, "mlp.gate_proj")) * linear(m, "mlp.up_proj"), "mlp.down_proj");
+  if (reduce) reduce(mlp);
   return after_attention + mlp;
 }
 

@@ -48,13 +48,19 @@ AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::ve
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// Sums a row-parallel projection's partial outputs over a tensor-parallel group, in place.
+using PartialSumReduce = std::function<void(at::Tensor&)>;
+
 // One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's,
 // or, with attention.cache_positions, are a preallocated cache written in place.
 // A linear `name` with weights `name.lora_A.weight` and `name.lora_B.weight` adds
 // lora_scale * B (A x) (LoRA).
+// Tensor parallelism (rollout/): `config` counts this rank's heads, the weights are its
+// slices (q/k/v, gate/up by output rows; o_proj, down_proj by input columns), and
+// `reduce` sums the o_proj and down_proj outputs over the group before each residual add.
 at::Tensor decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
-                         double lora_scale = 0.0);
+                         double lora_scale = 0.0, const PartialSumReduce& reduce = {});
 
 // Final norm and LM head (the embedding matrix when tied).
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,

@@ -4,6 +4,8 @@
 
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/lora.h"
+#include "areal/config/allocation.h"
+#include "areal/rollout/rollout_model.h"
 #include "areal/recover/run_recovery.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -122,15 +124,22 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   check_positions(*in.train, "train_dataset.path");
   if (in.valid) check_positions(*in.valid, "valid_dataset.path");
 
+  // Tensor-parallel generation splits the heads and the MLP evenly.
+  Allocation allocation = parse_allocation(cfg);
+  check_allocation_against_world(allocation, me.world_size);
+  const int64_t t = allocation.tensor_parallel();
+  check_tensor_parallel(model, t);
+
   // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
-  // bound for every step, known now.
+  // bound for every step, known now. A generation group generates its t ranks' answers together.
   const at::Device device(me.device);
   const at::ScalarType dtype = dtype_from_name(actor.dtype);
-  check_rollout_memory(model, model.num_parameters(), dtype, td.batch_size / me.world_size * cfg.gconfig.n_samples,
-                       longest_prompt(*in.train), in.sampling.max_new_tokens, device);
+  const int64_t per_rank = (td.batch_size + me.world_size - 1) / me.world_size * cfg.gconfig.n_samples;
+  check_rollout_memory(model, model.num_parameters(), dtype, t * per_rank, longest_prompt(*in.train),
+                       in.sampling.max_new_tokens, t, device);
   if (in.valid)
     check_rollout_memory(model, model.num_parameters(), dtype, cfg.valid_dataset.batch_size, longest_prompt(*in.valid),
-                         in.sampling.max_new_tokens, device);
+                         in.sampling.max_new_tokens, t, device);
   return in;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "areal/config/allocation.h"
 #include "areal/config/run_paths.h"
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/save.h"
@@ -97,24 +98,46 @@ at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks,
   return out * r.loss_mask;
 }
 
-// Greedy answers to every held-out prompt (each rank its share), the share of answers
-// with a positive reward over all ranks. Collective (gathers the policy).
-double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& comm, const RankInfo& me,
-                at::ScalarType dtype, SamplingParams greedy, const Tokenizer& tokenizer, const RewardFn& reward,
-                int64_t chunk) {
+// The ranks that generate together (rollout.backend's t consecutive ranks), with the
+// tensor-parallel communicator of the group (none at t = 1).
+struct GenerationGroup {
+  int first = 0, size = 1;
+  std::unique_ptr<Communicator> comm;
+};
+
+// Rank `member` takes items member, member + world_size, ... of `n`; a generation group
+// generates its members' items together, in member order.
+std::vector<size_t> items_of(int member, int world_size, size_t n) {
+  std::vector<size_t> items;
+  for (size_t i = static_cast<size_t>(member); i < n; i += static_cast<size_t>(world_size)) items.push_back(i);
+  return items;
+}
+
+// Greedy answers to every held-out prompt (each generation group its members' share,
+// `chunk` prompts at a time), the share of answers with a positive reward over all
+// ranks. Collective.
+double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& comm, GenerationGroup& group,
+                const RankInfo& me, at::ScalarType dtype, SamplingParams greedy, const Tokenizer& tokenizer,
+                const RewardFn& reward, int64_t chunk) {
   greedy.greedy = true;
-  auto policy = gather_policy(model, comm, dtype, at::Device(me.device));
+  RolloutModel policy(model, comm, group.comm.get(), dtype, at::Device(me.device));
   double correct = 0, count = 0;
   int64_t failures = 0;
   std::vector<at::Generator> none;
-  std::vector<size_t> mine;
-  for (size_t i = me.rank; i < data.size(); i += me.world_size) mine.push_back(i);
-  for (size_t begin = 0; begin < mine.size(); begin += chunk) {
+  std::vector<size_t> items;     // the group's
+  std::vector<bool> mine;        // scored here: each answer is counted by the rank it belongs to
+  for (int member = group.first; member < group.first + group.size; ++member)
+    for (size_t i : items_of(member, me.world_size, data.size())) {
+      items.push_back(i);
+      mine.push_back(member == me.rank);
+    }
+  for (size_t begin = 0; begin < items.size(); begin += chunk) {
     std::vector<std::vector<int64_t>> prompts;
-    for (size_t k = begin; k < std::min(mine.size(), begin + chunk); ++k) prompts.push_back(data[mine[k]].ids);
-    std::vector<Generated> answers = generate(*policy, prompts, greedy, none);
+    for (size_t k = begin; k < std::min(items.size(), begin + chunk); ++k) prompts.push_back(data[items[k]].ids);
+    std::vector<Generated> answers = generate(policy, prompts, greedy, none);
     for (size_t k = 0; k < answers.size(); ++k) {
-      const Prompt& p = data[mine[begin + k]];
+      if (!mine[begin + k]) continue;
+      const Prompt& p = data[items[begin + k]];
       correct += reward_or_zero(reward, tokenizer.decode(answers[k].tokens), p.example.answer, failures) > 0;
       count += 1;
     }
@@ -144,6 +167,14 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   log::info(cat("rl: ", train.size(), " prompts, ", schedule.steps_per_epoch, " steps per epoch, ", total_steps,
                 " steps; ", cfg.train_dataset.batch_size, " prompts x ", n_samples, " answers per step, ",
                 n_minibatches, " minibatches"));
+
+  // ---- generation groups: t consecutive ranks generate together (rollout.backend) ----
+  Allocation allocation = parse_allocation(cfg);
+  check_allocation_against_world(allocation, me.world_size);
+  GenerationGroup group;
+  group.size = static_cast<int>(allocation.tensor_parallel());
+  group.first = me.rank / group.size * group.size;
+  if (group.size > 1) group.comm = comm.split(me.rank / group.size, me.rank % group.size);
 
   // ---- engines ----
   FsdpEngine engine(model, comm, compute_dtype, dtype_from_name(actor.grad_reduce_dtype));
@@ -176,7 +207,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
     auto start = Clock::now();
-    double accuracy = evaluate(*valid, model, comm, me, compute_dtype, sampling, tokenizer, reward,
+    double accuracy = evaluate(*valid, model, comm, group, me, compute_dtype, sampling, tokenizer, reward,
                                cfg.valid_dataset.batch_size);
     log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
                   " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
@@ -204,25 +235,31 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     const std::vector<size_t>& batch = plan.batches[b];
     comm.set_activity(cat("rl step ", step + 1));
     fault_points(cat("rl:step", step + 1), me.rank);
-    // ---- rollout: this rank's prompts are every world_size-th of the batch (memory
-    // checked for the longest prompt of the data before the init, prepare_job) ----
+    // ---- rollout: this rank's prompts are every world_size-th of the batch; its
+    // generation group generates its members' prompts together (memory checked for the
+    // longest prompt of the data before the init, prepare_job) ----
     auto rollout_start = Clock::now();
-    std::vector<const Prompt*> prompts;
-    std::vector<std::vector<int64_t>> prompt_ids;
+    std::vector<const Prompt*> prompts;  // this rank's
+    std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
     std::vector<at::Generator> generators;
-    for (size_t i = me.rank; i < batch.size(); i += me.world_size) {
-      const size_t index = batch[i];
-      prompts.push_back(&train[index]);
-      for (int64_t s = 0; s < n_samples; ++s) {
-        prompt_ids.push_back(train[index].ids);
-        generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+    size_t first_row = 0;  // of this rank's answers among the group's
+    for (int member = group.first; member < group.first + group.size; ++member) {
+      if (member == me.rank) first_row = prompt_ids.size();
+      for (size_t i : items_of(member, me.world_size, batch.size())) {
+        const size_t index = batch[i];
+        if (member == me.rank) prompts.push_back(&train[index]);
+        for (int64_t s = 0; s < n_samples; ++s) {
+          prompt_ids.push_back(train[index].ids);
+          generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+        }
       }
     }
-    const int64_t rows = static_cast<int64_t>(prompt_ids.size());
+    const int64_t rows = static_cast<int64_t>(prompts.size()) * n_samples;
     std::vector<Generated> answers;
     {
-      auto policy = gather_policy(model, comm, compute_dtype, device);
-      answers = generate(*policy, prompt_ids, sampling, generators);
+      RolloutModel policy(model, comm, group.comm.get(), compute_dtype, device);
+      std::vector<Generated> group_answers = generate(policy, prompt_ids, sampling, generators);
+      answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
     }
     Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
     const double rollout_seconds = seconds_since(rollout_start);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "areal/fsdp/save.h"
 #include "areal/model/rotary.h"
 #include "areal/util/memory.h"
 #include "areal/util/strings.h"
@@ -33,13 +32,22 @@ SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> s
   return p;
 }
 
+int64_t largest_unit_parameters(const ModelConfig& c) {
+  const int64_t embedding = c.vocab_size * c.hidden_size;
+  const int64_t layer = (c.num_parameters() - embedding * (c.tie_word_embeddings ? 1 : 2) - c.hidden_size) /
+                        std::max<int64_t>(1, c.num_hidden_layers);
+  return std::max(layer, embedding + c.hidden_size);
+}
+
 int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                             int64_t max_new_tokens) {
-  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
-  const int64_t weights = parameters * element;
-  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 * c.num_key_value_heads *
+                             int64_t max_new_tokens, int64_t tensor_parallel) {
+  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype)), t = tensor_parallel;
+  // This rank's slices, plus the unit being sliced (gathered in float32 when LoRA is merged).
+  const int64_t weights = (parameters + t - 1) / t * element + largest_unit_parameters(c) * (4 + element);
+  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) *
                         c.head_dim * element;
-  const int64_t logits = rows * c.vocab_size * 4;
+  // The joined logits of a step: float32 for sampling, plus the gathered slices.
+  const int64_t logits = rows * c.vocab_size * (4 + element);
   return weights + cache + logits;
 }
 
@@ -57,26 +65,17 @@ int64_t free_memory_bytes(const at::Device& device) {
 }
 
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                          int64_t max_new_tokens, const at::Device& device) {
-  const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens);
+                          int64_t max_new_tokens, int64_t tensor_parallel, const at::Device& device) {
+  const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens, tensor_parallel);
   const int64_t free = free_memory_bytes(device);
   if (free > 0 && need > free)
-    throw std::runtime_error(cat("the rollout needs ", format_bytes(need), " on ", device.str(), " (full weights in ",
-                                 c10::toString(dtype), " + KV cache for ", rows, " answers of up to ",
-                                 max_prompt + max_new_tokens, " tokens) but only ", format_bytes(free),
+    throw std::runtime_error(cat("the rollout needs ", format_bytes(need), " on ", device.str(), " (weights / ",
+                                 tensor_parallel, " in ", c10::toString(dtype), " + one unit + KV cache / ",
+                                 tensor_parallel, " for ", rows, " answers of up to ", max_prompt + max_new_tokens,
+                                 " tokens) but only ", format_bytes(free),
                                  " is free; lower gconfig.n_samples, train_dataset.batch_size or "
-                                 "gconfig.max_new_tokens, or use more ranks"));
-}
-
-std::shared_ptr<CausalLM> gather_policy(const ShardedModel& model, Communicator& comm, at::ScalarType dtype,
-                                        const at::Device& device) {
-  auto policy = std::make_shared<CausalLM>(model.config(), at::TensorOptions().dtype(dtype).device(device));
-  auto params = policy->named_parameters();
-  at::NoGradGuard no_grad;
-  for (size_t u = 0; u < model.units().size(); ++u)
-    for (auto& [name, weight] : gather_unit_weights(model, comm, u, dtype, /*merge_adapters=*/true))
-      params[name].copy_(weight);
-  return policy;
+                                 "gconfig.max_new_tokens, or generate with more tensor-parallel ranks "
+                                 "(rollout.backend: areal:dDtT, docs/rl.md)"));
 }
 
 at::Generator answer_generator(int64_t seed, int64_t step, int64_t prompt, int64_t sample) {
@@ -125,14 +124,14 @@ struct RowCache {
   std::vector<at::Tensor> keys, values;
   std::vector<int64_t> lengths;
 
-  RowCache(const CausalLM& model, int64_t rows, int64_t capacity) : lengths(rows, 0) {
+  RowCache(const RolloutModel& model, int64_t rows, int64_t capacity) : lengths(rows, 0) {
     const ModelConfig& c = model.config();
-    const at::TensorOptions options = model.model->embed_tokens.options();
+    const at::TensorOptions& options = model.options();
     // Zeros, not empty: attention gives a masked key weight 0, and 0 x a NaN left in
     // fresh memory would still be NaN.
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      keys.push_back(at::zeros({rows, c.num_key_value_heads, capacity, c.head_dim}, options));
-      values.push_back(at::zeros({rows, c.num_key_value_heads, capacity, c.head_dim}, options));
+      keys.push_back(at::zeros({rows, model.local_kv_heads(), capacity, c.head_dim}, options));
+      values.push_back(at::zeros({rows, model.local_kv_heads(), capacity, c.head_dim}, options));
     }
   }
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
@@ -153,9 +152,9 @@ struct RowCache {
 // Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
 // the model, appending to the cache at each row's length, and returns the logits of
 // each row's last real token [B, vocab]: the head runs on B positions only.
-at::Tensor extend(CausalLM& model, RowCache& cache, const at::Tensor& ids, const std::vector<int64_t>& counts) {
+at::Tensor extend(RolloutModel& model, RowCache& cache, const at::Tensor& ids, const std::vector<int64_t>& counts) {
   const ModelConfig& c = model.config();
-  const at::Device device = model.model->embed_tokens.device();
+  const at::Device device = model.options().device();
   const int64_t rows = ids.size(0), length = ids.size(1);
   // Row b's token t sits at position lengths[b] + t (rotary and cache slot alike).
   at::Tensor start = at::tensor(cache.lengths, at::kLong);
@@ -169,13 +168,12 @@ at::Tensor extend(CausalLM& model, RowCache& cache, const at::Tensor& ids, const
 
   AttentionInputs attention;
   std::tie(attention.cos, attention.sin) =
-      rotary_cos_sin(positions, c.head_dim, c.rope_theta, model.model->embed_tokens.scalar_type());
+      rotary_cos_sin(positions, c.head_dim, c.rope_theta, c10::typeMetaToScalarType(model.options().dtype()));
   attention.mask = mask;
   attention.cache_positions = positions;
   attention.cache_length = longest;
-  at::Tensor h = at::embedding(model.model->embed_tokens, ids.to(device));
-  for (size_t i = 0; i < model.model->layers.size(); ++i)
-    h = model.model->layers[i]->forward(h, attention, cache.keys[i], cache.values[i]);
+  at::Tensor h = model.embed(ids.to(device));
+  for (size_t i = 0; i < cache.keys.size(); ++i) h = model.layer(i, h, attention, cache.keys[i], cache.values[i]);
   std::vector<int64_t> last(rows);
   for (int64_t b = 0; b < rows; ++b) {
     last[b] = counts[b] - 1;
@@ -183,14 +181,18 @@ at::Tensor extend(CausalLM& model, RowCache& cache, const at::Tensor& ids, const
   }
   at::Tensor index = at::tensor(last, at::kLong).to(device).view({rows, 1, 1}).expand({rows, 1, h.size(-1)});
   at::Tensor final_hidden = h.gather(1, index);
-  return lm_logits(c, model.model->norm, model.lm_head.defined() ? model.lm_head : model.model->embed_tokens,
-                   final_hidden)
-      .select(1, 0);
+  return model.logits(final_hidden).select(1, 0);
 }
 
 }  // namespace
 
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const SamplingParams& params, std::vector<at::Generator>& generators) {
+  RolloutModel whole(model);
+  return generate(whole, prompts, params, generators);
+}
+
+std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& p, std::vector<at::Generator>& generators) {
   at::NoGradGuard no_grad;
   const int64_t rows = static_cast<int64_t>(prompts.size());

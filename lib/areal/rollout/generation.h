@@ -1,11 +1,13 @@
 // Rollout: answers sampled from the current policy with the KV cache.
 //
-// For the rollout phase every rank gathers the whole policy in the compute dtype
-// (gather_policy: unit by unit, LoRA merged in) and generates for its own prompts
-// without further collectives. The memory this takes is
-//   parameters x dtype size  +  KV cache (rows x (prompt + max_new_tokens) x layers
-//   x 2 x kv_heads x head_dim x dtype size)  +  logits of one step (rows x vocab x 4),
-// and check_rollout_memory refuses to start when that is more than the device has free.
+// For the rollout phase each rank takes its tensor-parallel slice of the policy from
+// the shards (RolloutModel, rollout_model.h: unit by unit, LoRA merged in) and its
+// generation group of t ranks generates the group's prompts together. Per rank:
+//   parameters / t x dtype size  +  one unit (the one being sliced)
+//   +  KV cache (rows x (prompt + max_new_tokens) x layers x 2 x kv_heads / t x head_dim
+//      x dtype size)  +  the joined logits of one step (rows x vocab x (4 + dtype size)),
+// with rows = the answers the group generates together; check_rollout_memory refuses to
+// start when that is more than the device has free.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -15,8 +17,8 @@
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
 #include "areal/model/transformer.h"
+#include "areal/rollout/rollout_model.h"
 
 namespace areal {
 
@@ -38,24 +40,26 @@ struct Generated {
   bool truncated = false;       // max_new_tokens reached without a stop token
 };
 
-// Bytes the rollout needs (formula above) and the bytes free on `device` (host:
-// MemAvailable; CUDA: the driver's free memory plus what torch's cache holds).
+// The parameters of the model's largest unit (a decoder layer, or embedding + norm).
+int64_t largest_unit_parameters(const ModelConfig& config);
+// Bytes the rollout needs per rank (formula above) and the bytes free on `device`
+// (host: MemAvailable; CUDA: the driver's free memory).
 int64_t rollout_memory_bytes(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                             int64_t max_new_tokens);
+                             int64_t max_new_tokens, int64_t tensor_parallel);
 int64_t free_memory_bytes(const at::Device& device);
 // Throws std::runtime_error with both figures when the rollout would not fit.
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                          int64_t max_new_tokens, const at::Device& device);
-
-// The whole policy on `device` in `dtype`, LoRA merged. Collective.
-std::shared_ptr<CausalLM> gather_policy(const ShardedModel& model, Communicator& comm, at::ScalarType dtype,
-                                        const at::Device& device);
+                          int64_t max_new_tokens, int64_t tensor_parallel, const at::Device& device);
 
 // One answer per prompt (repeat a prompt for several samples), in one batch: one
 // prefill of the right-padded prompts, then token by token with a preallocated cache;
 // finished answers leave the batch (docs/rl.md). Row r samples on the CPU with
 // generators[r], so an answer depends on its row's seed, not on the device, the batch
-// it shares or the rank that generates it.
+// it shares or the ranks that generate it. Collective over the model's tensor-parallel
+// group: its ranks pass the same prompts and get the same answers.
+std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                                const SamplingParams& params, std::vector<at::Generator>& generators);
+// The same on a whole model (t = 1).
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators);
 

@@ -1,0 +1,159 @@
+#include "areal/rollout/rollout_model.h"
+
+#include <ATen/ATen.h>
+
+#include "areal/fsdp/save.h"
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+
+void check_tensor_parallel(const ModelConfig& c, int64_t t) {
+  auto require = [&](int64_t count, const char* what) {
+    if (count % t != 0)
+      throw ConfigError(cat("option 'rollout.backend': ", t, " tensor-parallel ranks cannot split the model's ", count,
+                            " ", what, " evenly; use a t that divides ", c.num_key_value_heads,
+                            " (the key/value heads) and ", c.num_attention_heads, " (the attention heads)"));
+  };
+  require(c.num_attention_heads, "attention heads (num_attention_heads)");
+  require(c.num_key_value_heads, "key/value heads (num_key_value_heads)");
+  require(c.intermediate_size, "MLP channels (intermediate_size)");
+}
+
+namespace {
+
+// "model.layers.12.mlp.up_proj.weight" -> (12, "mlp.up_proj.weight"); -1 for other names.
+std::pair<int64_t, std::string> split_layer_name(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (!starts_with(name, prefix)) return {-1, name};
+  const size_t dot = name.find('.', prefix.size());
+  return {std::stoll(name.substr(prefix.size(), dot - prefix.size())), name.substr(dot + 1)};
+}
+
+}  // namespace
+
+RolloutModel::RolloutModel(const CausalLM& model) : config_(model.config()), local_(model.config()) {
+  options_ = model.model->embed_tokens.options();
+  vocab_rows_ = config_.vocab_size;
+  layers_.resize(config_.num_hidden_layers);
+  for (const auto& item : model.named_parameters()) add_slice(item.key(), item.value(), /*own=*/false);
+}
+
+RolloutModel::RolloutModel(const ShardedModel& model, Communicator& comm, Communicator* group, at::ScalarType dtype,
+                           const at::Device& device)
+    : config_(model.config()),
+      local_(model.config()),
+      group_(group),
+      tensor_parallel_(group ? group->world_size() : 1),
+      rank_(group ? group->rank() : 0) {
+  check_tensor_parallel(config_, tensor_parallel_);
+  local_.num_attention_heads /= tensor_parallel_;
+  local_.num_key_value_heads /= tensor_parallel_;
+  local_.intermediate_size /= tensor_parallel_;
+  vocab_rows_ = (config_.vocab_size + tensor_parallel_ - 1) / tensor_parallel_;
+  vocab_begin_ = rank_ * vocab_rows_;
+  options_ = at::TensorOptions().dtype(dtype).device(device);
+  layers_.resize(config_.num_hidden_layers);
+  at::NoGradGuard no_grad;
+  // One unit whole at a time: its slices are copied out (own = true) and the gathered
+  // unit is freed before the next gather.
+  for (size_t u = 0; u < model.units().size(); ++u)
+    for (auto& [name, weight] : gather_unit_weights(model, comm, u, dtype, /*merge_adapters=*/true))
+      add_slice(name, weight.to(device), /*own=*/true);
+}
+
+void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, bool own) {
+  const int64_t t = tensor_parallel_, r = rank_;
+  // A slice that is a view of `whole` would keep the whole unit alive: copy it when asked.
+  auto kept = [&](const at::Tensor& slice) {
+    return own && slice.defined() && slice.is_alias_of(whole) ? slice.clone(at::MemoryFormat::Contiguous) : slice;
+  };
+  auto vocab_slice = [&] {
+    if (t == 1) return whole;
+    at::Tensor out = at::zeros({vocab_rows_, whole.size(1)}, whole.options());
+    const int64_t real = std::clamp<int64_t>(config_.vocab_size - vocab_begin_, 0, vocab_rows_);
+    if (real > 0) out.narrow(0, 0, real).copy_(whole.narrow(0, vocab_begin_, real));
+    return out;
+  };
+  if (name == "model.embed_tokens.weight") {
+    embed_ = kept(vocab_slice());
+    if (config_.tie_word_embeddings) head_ = embed_;
+    return;
+  }
+  if (name == "lm_head.weight") {
+    head_ = kept(vocab_slice());
+    return;
+  }
+  if (name == "model.norm.weight") {
+    norm_ = kept(whole);
+    return;
+  }
+  auto [layer, inside] = split_layer_name(name);
+  if (layer < 0) throw std::invalid_argument(cat("RolloutModel: unexpected weight '", name, "'"));
+  const int64_t q = local_.num_attention_heads * config_.head_dim, kv = local_.num_key_value_heads * config_.head_dim;
+  const int64_t mlp = local_.intermediate_size;
+  at::Tensor slice = whole;  // the norms (and everything at t = 1)
+  if (t > 1) {
+    auto rows = [&](int64_t n) { return whole.narrow(0, r * n, n); };
+    auto columns = [&](int64_t n) { return whole.narrow(1, r * n, n); };
+    if (starts_with(inside, "self_attn.q_proj.")) slice = rows(q);
+    else if (starts_with(inside, "self_attn.k_proj.") || starts_with(inside, "self_attn.v_proj.")) slice = rows(kv);
+    else if (inside == "self_attn.o_proj.weight") slice = columns(q);
+    else if (starts_with(inside, "mlp.gate_proj.") || starts_with(inside, "mlp.up_proj.")) slice = rows(mlp);
+    else if (inside == "mlp.down_proj.weight") slice = columns(mlp);
+    // A row-parallel bias is added once, by the group's first rank, before the sum.
+    else if (inside == "self_attn.o_proj.bias" || inside == "mlp.down_proj.bias") slice = r == 0 ? whole : at::Tensor();
+  }
+  if (slice.defined()) layers_.at(layer)[inside] = kept(slice);
+}
+
+int64_t RolloutModel::weight_bytes() const {
+  int64_t bytes = embed_.nbytes() + norm_.nbytes() + (config_.tie_word_embeddings ? 0 : head_.nbytes());
+  for (const auto& layer : layers_)
+    for (const auto& [name, t] : layer) bytes += t.nbytes();
+  return bytes;
+}
+
+void RolloutModel::all_reduce(at::Tensor& t) { group_->all_reduce(t, ReduceOp::Sum); }
+
+at::Tensor RolloutModel::embed(const at::Tensor& ids) {
+  if (tensor_parallel_ == 1) return at::embedding(embed_, ids);
+  // Each rank looks up the ids in its rows (zeros for the others); the sum has every row.
+  at::Tensor local = ids - vocab_begin_;
+  at::Tensor mine = ((local >= 0) & (local < vocab_rows_)).unsqueeze(-1).to(embed_.scalar_type());
+  at::Tensor hidden = at::embedding(embed_, local.clamp(0, vocab_rows_ - 1)) * mine;
+  all_reduce(hidden);
+  return hidden;
+}
+
+at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention, at::Tensor& keys,
+                               at::Tensor& values) {
+  const auto& weights = layers_.at(i);
+  auto lookup = [&weights](const std::string& name) {
+    auto it = weights.find(name);
+    return it == weights.end() ? at::Tensor() : it->second;
+  };
+  PartialSumReduce reduce;
+  if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
+  return decoder_layer(local_, lookup, hidden, attention, keys, values, 0.0, reduce);
+}
+
+at::Tensor RolloutModel::logits(const at::Tensor& hidden) {
+  at::Tensor local = lm_logits(config_, norm_, head_, hidden).contiguous();
+  if (tensor_parallel_ == 1) return local;
+  // [t, ..., vocab/t] from the group, laid side by side and cut to the vocabulary.
+  std::vector<int64_t> shape = {tensor_parallel_};
+  for (int64_t d : local.sizes()) shape.push_back(d);
+  at::Tensor gathered = at::empty(shape, local.options());
+  group_->all_gather(local, gathered);
+  const int64_t dims = local.dim();
+  std::vector<int64_t> order;
+  for (int64_t d = 1; d < dims; ++d) order.push_back(d);
+  order.push_back(0);
+  order.push_back(dims);
+  std::vector<int64_t> joined(local.sizes().begin(), local.sizes().end() - 1);
+  joined.push_back(tensor_parallel_ * vocab_rows_);
+  return gathered.permute(order).reshape(joined).narrow(-1, 0, config_.vocab_size);
+}
+
+}  // namespace areal

@@ -1,0 +1,66 @@
+// The policy as generation holds it: this rank's tensor-parallel slice of every weight.
+//
+// A generation replica is a group of t ranks (`rollout.backend: areal:dDtT`). Each holds
+//   - 1/t of the attention heads: q/k/v by output rows (its heads), o_proj by input
+//     columns; 1/t of the MLP: gate/up by output rows, down_proj by input columns
+//     (Megatron's column- and row-parallel pairs; one all-reduce after each pair);
+//   - 1/t of the vocabulary, for the embedding (a rank looks up the ids it holds and
+//     an all-reduce sums the rows) and the head (an all-gather joins the logits);
+//   - the norms whole (a few KiB).
+// So a rank holds weights/t and a KV cache for its kv_heads/t. The slices come straight
+// from the FSDP shards, one unit at a time: at most one unit is whole on a rank beyond
+// its slices (docs/rl.md). With t = 1 the whole model is this rank's slice.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+#include "areal/model/functional.h"
+#include "areal/model/transformer.h"
+
+namespace areal {
+
+// Throws ConfigError unless `tensor_parallel` ranks can split the model's attention
+// heads, key/value heads and MLP evenly (the vocabulary needs no even split).
+void check_tensor_parallel(const ModelConfig& config, int64_t tensor_parallel);
+
+class RolloutModel {
+ public:
+  // t = 1 over a whole model: shares its tensors (no copies, no collectives).
+  explicit RolloutModel(const CausalLM& model);
+  // This rank's slices of `model`'s weights in `dtype` on `device`, LoRA merged, taken
+  // unit by unit from the shards. Collective over `comm` (each unit's gather); `group`
+  // is this rank's tensor-parallel group (nullptr: t = 1), used by the forward.
+  RolloutModel(const ShardedModel& model, Communicator& comm, Communicator* group, at::ScalarType dtype,
+               const at::Device& device);
+
+  const ModelConfig& config() const { return config_; }        // the whole model's shape
+  int64_t local_kv_heads() const { return local_.num_key_value_heads; }
+  const at::TensorOptions& options() const { return options_; }
+  int64_t weight_bytes() const;  // this rank's slices
+
+  // The forward in three parts, each collective over the group when t > 1.
+  at::Tensor embed(const at::Tensor& ids);  // [B, T] -> [B, T, hidden]
+  at::Tensor layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention, at::Tensor& keys,
+                   at::Tensor& values);
+  at::Tensor logits(const at::Tensor& hidden);  // [B, T, hidden] -> [B, T, vocab]
+
+ private:
+  // Keeps this rank's part of weight `name` (Hugging Face name); `own`: as a copy.
+  void add_slice(const std::string& name, const at::Tensor& whole, bool own);
+  void all_reduce(at::Tensor& t);
+
+  ModelConfig config_;
+  ModelConfig local_;  // this rank's head counts
+  Communicator* group_ = nullptr;
+  int64_t tensor_parallel_ = 1, rank_ = 0;
+  int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's vocabulary rows (the last rank's padded with zeros)
+  at::TensorOptions options_;
+  at::Tensor embed_, head_, norm_;  // head_ is embed_ when tied
+  std::vector<std::map<std::string, at::Tensor>> layers_;
+};
+
+}  // namespace areal

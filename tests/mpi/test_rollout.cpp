@@ -1,0 +1,108 @@
+// Tensor-parallel generation from the FSDP shards against the whole model in one
+// process (the independent reference), under mpirun -np 1..4: groups of t = 1, 2, 4
+// consecutive ranks each take their slices from the shards and generate the same
+// prompts; the answers must be the reference's token for token, with the same
+// log-probs up to float32 reduction order, and each rank must hold 1/t of the weights.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include "catch_with_torch.h"
+
+#include "areal/fsdp/staged_init.h"
+#include "areal/model/hf_weights.h"
+#include "areal/rollout/generation.h"
+#include "areal/rollout/rollout_model.h"
+#include "mpi_fixture.h"
+
+using namespace areal;
+using areal::testing::g_comm;
+using areal::testing::g_me;
+
+namespace {
+
+const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+
+// Bytes a rank of a group of t holds: the norms whole, a row-parallel bias on the
+// group's first rank only, every other weight split in t.
+int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
+  int64_t elements = 0;
+  for (const auto& p : whole.named_parameters()) {
+    const std::string& name = p.key();
+    const int64_t n = p.value().numel();
+    if (name.find("norm") != std::string::npos) elements += n;
+    else if (name.find("o_proj.bias") != std::string::npos) elements += group_rank == 0 ? n : 0;
+    else elements += n / t;
+  }
+  return elements * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
+TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole model's", "[mpi][rollout]") {
+  for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias"}) {
+    const std::string path = kFixtures + "/" + name;
+    auto whole = load_causal_lm(path, at::kFloat);
+    const ModelConfig& c = whole->config();
+    Config cfg;
+    cfg.model_path = path;
+    cfg.fsdp.memory_efficient_load = true;
+    cfg.device = "cpu";
+    InitResult init = staged_init(cfg, g_me, *g_comm);
+
+    // Three prompts of different lengths, two answers each, sampled and greedy.
+    std::vector<std::vector<int64_t>> prompts;
+    at::Tensor ids = at::randint(c.vocab_size, {6, 7}, at::make_generator<at::CPUGeneratorImpl>(5), at::kLong);
+    for (int64_t i = 0; i < 6; ++i) {
+      std::vector<int64_t> prompt(ids[i].data_ptr<int64_t>(), ids[i].data_ptr<int64_t>() + 3 + i % 3 * 2);
+      prompts.push_back(prompt);
+    }
+    SamplingParams sampled;
+    sampled.max_new_tokens = 12;
+    sampled.stop_ids = {3};
+    sampled.temperature = 0.8;
+    SamplingParams greedy = sampled;
+    greedy.greedy = true;
+    auto generators = [&] {
+      std::vector<at::Generator> g;
+      for (int64_t i = 0; i < 6; ++i) g.push_back(answer_generator(1, 0, i / 2, i % 2));
+      return g;
+    };
+    std::vector<at::Generator> none, reference_generators = generators();
+    const std::vector<Generated> want_sampled = generate(*whole, prompts, sampled, reference_generators);
+    const std::vector<Generated> want_greedy = generate(*whole, prompts, greedy, none);
+
+    for (int64_t t : {1, 2, 4}) {
+      if (g_me.world_size % t != 0 || c.num_key_value_heads % t != 0) continue;
+      INFO(name << ", t = " << t);
+      std::unique_ptr<Communicator> group = t > 1 ? g_comm->split(g_me.rank / t, g_me.rank % t) : nullptr;
+      RolloutModel policy(*init.model, *g_comm, group.get(), at::kFloat, at::Device("cpu"));
+      CHECK(policy.weight_bytes() == expected_slice_bytes(*whole, t, g_me.rank % t));
+      CHECK(policy.local_kv_heads() == c.num_key_value_heads / t);
+
+      std::vector<at::Generator> mine = generators();
+      const std::vector<Generated> got_sampled = generate(policy, prompts, sampled, mine);
+      const std::vector<Generated> got_greedy = generate(policy, prompts, greedy, none);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        INFO("answer " << i);
+        for (const auto& [got, want] : {std::pair{&got_sampled[i], &want_sampled[i]}, {&got_greedy[i], &want_greedy[i]}}) {
+          REQUIRE(got->tokens == want->tokens);
+          CHECK(got->truncated == want->truncated);
+          for (size_t k = 0; k < got->logprobs.size(); ++k)
+            CHECK(std::abs(got->logprobs[k] - want->logprobs[k]) < 1e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("rollout: a tensor-parallel size that does not split the heads is refused by name", "[mpi][rollout]") {
+  ModelConfig c;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.intermediate_size = 48;
+  CHECK_NOTHROW(check_tensor_parallel(c, 2));
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("rollout.backend") &&
+                                                     Catch::Matchers::Contains("2 key/value heads"));
+  c.num_key_value_heads = 4;
+  c.intermediate_size = 50;
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("intermediate_size"));
+}
