@@ -150,6 +150,53 @@ TEST_CASE("generation: answers leaving the batch early change no other answer", 
   }
 }
 
+// Continuous batching: with at most max_rows answers in flight, a finished answer's
+// row goes to the next waiting prompt at once. Every answer, its log-probs and its
+// truncation equal those of one static batch (and so of the prompt generated alone).
+TEST_CASE("generation: continuous batching gives the answers of one static batch", "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.max_new_tokens = 10;
+  p.min_new_tokens = 2;  // held back per answer, whenever it started
+  p.temperature = 2.0;
+  for (int64_t id = 0; id < 12; ++id) p.stop_ids.push_back(id);
+  std::vector<std::vector<int64_t>> many;
+  for (int64_t r = 0; r < 9; ++r) many.push_back({5 + r, 17, 3 + 2 * r, 40 - r});
+  many.push_back(prompts()[1]);  // a longer prompt that waits for a row
+  many.push_back({7});
+  auto generators = [&] {
+    std::vector<at::Generator> g;
+    for (size_t r = 0; r < many.size(); ++r) g.push_back(answer_generator(13, 0, static_cast<int64_t>(r), 0));
+    return g;
+  };
+  auto static_generators = generators();
+  const std::vector<Generated> together = generate(*model, many, p, static_generators);
+  std::set<size_t> lengths;
+  size_t truncated = 0;
+  for (const auto& g : together) {
+    lengths.insert(g.tokens.size());
+    truncated += g.truncated;
+    CHECK(g.tokens.size() >= 2);
+  }
+  CHECK(lengths.size() >= 3);  // answers end at different steps, so rows are refilled at different steps
+  CHECK(truncated >= 1);       // and some run to max_new_tokens
+  for (int64_t max_rows : {1, 3, 4}) {
+    INFO("max_rows = " << max_rows);
+    SamplingParams refilled = p;
+    refilled.max_rows = max_rows;
+    auto g = generators();
+    const std::vector<Generated> got = generate(*model, many, refilled, g);
+    for (size_t r = 0; r < many.size(); ++r) {
+      INFO("answer " << r);
+      CHECK(got[r].tokens == together[r].tokens);
+      CHECK(got[r].truncated == together[r].truncated);
+      REQUIRE(got[r].logprobs.size() == together[r].logprobs.size());
+      for (size_t k = 0; k < got[r].logprobs.size(); ++k)
+        CHECK(got[r].logprobs[k] == Approx(together[r].logprobs[k]).margin(1e-5));
+    }
+  }
+}
+
 TEST_CASE("generation: the rollout's memory estimate and the refusal when it does not fit", "[rl][generation]") {
   auto model = load_causal_lm(kModel, at::kFloat);
   const ModelConfig& c = model->config();

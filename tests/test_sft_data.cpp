@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "areal/rl/builtin_tasks.h"
-#include "areal/rl/byte_tokenizer.h"
-#include "areal/rl/chat_template.h"
-#include "areal/rl/text_dataset.h"
+#include "areal/data/builtin_tasks.h"
+#include "areal/text/byte_tokenizer.h"
+#include "areal/text/chat_template.h"
+#include "areal/data/text_dataset.h"
 
 using namespace areal;
 

@@ -7,10 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "areal/rl/bpe_tokenizer.h"
-#include "areal/rl/byte_tokenizer.h"
-#include "areal/rl/chat_template.h"
-#include "areal/rl/prompt_dataset.h"
+#include "areal/text/bpe_tokenizer.h"
+#include "areal/text/byte_tokenizer.h"
+#include "areal/text/chat_template.h"
+#include "areal/data/prompt_dataset.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 #include "run_python.h"

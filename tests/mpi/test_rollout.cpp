@@ -22,13 +22,17 @@ namespace {
 const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
 
 // Bytes a rank of a group of t holds: the norms whole, a row-parallel bias on the
-// group's first rank only, every other weight split in t.
+// group's first rank only, k/v projections for one key/value head when there are fewer
+// than t, every other weight split in t.
 int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
+  const int64_t kv_heads = whole.config().num_key_value_heads;
   int64_t elements = 0;
   for (const auto& p : whole.named_parameters()) {
     const std::string& name = p.key();
     const int64_t n = p.value().numel();
     if (name.find("norm") != std::string::npos) elements += n;
+    else if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos)
+      elements += kv_heads >= t ? n / t : n / kv_heads;
     else if (name.find("o_proj.bias") != std::string::npos) elements += group_rank == 0 ? n : 0;
     else elements += n / t;
   }
@@ -71,19 +75,23 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
     const std::vector<Generated> want_greedy = generate(*whole, prompts, greedy, none);
 
     for (int64_t t : {1, 2, 4}) {
-      if (g_me.world_size % t != 0 || c.num_key_value_heads % t != 0) continue;
+      if (g_me.world_size % t != 0) continue;  // t = 4 with 2 key/value heads: each on 2 ranks
       INFO(name << ", t = " << t);
       std::unique_ptr<Communicator> group = t > 1 ? g_comm->split(g_me.rank / t, g_me.rank % t) : nullptr;
       RolloutModel policy(*init.model, *g_comm, group.get(), at::kFloat, at::Device("cpu"));
       CHECK(policy.weight_bytes() == expected_slice_bytes(*whole, t, g_me.rank % t));
-      CHECK(policy.local_kv_heads() == c.num_key_value_heads / t);
+      CHECK(policy.local_kv_heads() == std::max<int64_t>(1, c.num_key_value_heads / t));
 
-      std::vector<at::Generator> mine = generators();
+      std::vector<at::Generator> mine = generators(), mine_refilled = generators();
       const std::vector<Generated> got_sampled = generate(policy, prompts, sampled, mine);
       const std::vector<Generated> got_greedy = generate(policy, prompts, greedy, none);
+      SamplingParams two_rows = sampled;  // continuous batching: two rows, refilled as answers end
+      two_rows.max_rows = 2;
+      const std::vector<Generated> got_refilled = generate(policy, prompts, two_rows, mine_refilled);
       for (size_t i = 0; i < prompts.size(); ++i) {
         INFO("answer " << i);
-        for (const auto& [got, want] : {std::pair{&got_sampled[i], &want_sampled[i]}, {&got_greedy[i], &want_greedy[i]}}) {
+        for (const auto& [got, want] : {std::pair{&got_sampled[i], &want_sampled[i]}, {&got_greedy[i], &want_greedy[i]},
+                                        {&got_refilled[i], &want_sampled[i]}}) {
           REQUIRE(got->tokens == want->tokens);
           CHECK(got->truncated == want->truncated);
           for (size_t k = 0; k < got->logprobs.size(); ++k)
@@ -100,9 +108,14 @@ TEST_CASE("rollout: a tensor-parallel size that does not split the heads is refu
   c.num_key_value_heads = 2;
   c.intermediate_size = 48;
   CHECK_NOTHROW(check_tensor_parallel(c, 2));
-  CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("rollout.backend") &&
-                                                     Catch::Matchers::Contains("2 key/value heads"));
+  CHECK_NOTHROW(check_tensor_parallel(c, 4));  // each key/value head on 2 ranks
+  CHECK(tensor_parallel_kv_heads(c, 4) == 1);
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 3), Catch::Matchers::Contains("rollout.backend") &&
+                                                     Catch::Matchers::Contains("4 attention heads"));
+  c.num_attention_heads = 12;
   c.num_key_value_heads = 4;
+  c.intermediate_size = 48;
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 6), Catch::Matchers::Contains("4 key/value heads"));
   c.intermediate_size = 50;
   CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("intermediate_size"));
 }

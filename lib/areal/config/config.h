@@ -87,6 +87,7 @@ struct ActorConfig {
 // AReaL's InferenceEngineConfig; only the generation shape so far.
 struct RolloutConfig {
   std::string backend;  // `areal:dDtT` (or AReaL's sglang:/vllm: spelling); empty: t = 1 on every rank
+  int64_t max_running_requests = 0;  // answers a generation group decodes at once; 0: all of the step's
 };
 
 struct GenerationConfig {

@@ -255,6 +255,11 @@ std::vector<OptionSpec> declare_options() {
           .doc("Generation shape `areal:dDtT`: D replicas of T tensor-parallel ranks each (D x T = the world "
                "size; every rank also trains). AReaL's `sglang:dDtT` / `vllm:dDtT` mean the built-in engine of "
                "the same shape. Empty: every rank generates alone (t = 1)."),
+      OPTION(rollout.max_running_requests)
+          .doc("Answers a generation group decodes at once (SGLang's name); a finished answer's row is "
+               "refilled from the waiting ones at once (continuous batching). 0: all of the step's answers "
+               "at once.")
+          .at_least(0),
       OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
       OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")

@@ -85,6 +85,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   std::vector<int64_t> stop_ids = {in.tokenizer->eos_id()};
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
+  in.sampling.max_rows = cfg.rollout.max_running_requests;
   in.reward = reward_function(cfg.reward_fn);
 
   const DatasetConfig& td = cfg.train_dataset;
@@ -134,12 +135,14 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   // bound for every step, known now. A generation group generates its t ranks' answers together.
   const at::Device device(me.device);
   const at::ScalarType dtype = dtype_from_name(actor.dtype);
+  // At most rollout.max_running_requests answers at once.
+  auto at_once = [&](int64_t rows) { return in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows; };
   const int64_t per_rank = (td.batch_size + me.world_size - 1) / me.world_size * cfg.gconfig.n_samples;
-  check_rollout_memory(model, model.num_parameters(), dtype, t * per_rank, longest_prompt(*in.train),
+  check_rollout_memory(model, model.num_parameters(), dtype, at_once(t * per_rank), longest_prompt(*in.train),
                        in.sampling.max_new_tokens, t, device);
   if (in.valid)
-    check_rollout_memory(model, model.num_parameters(), dtype, cfg.valid_dataset.batch_size, longest_prompt(*in.valid),
-                         in.sampling.max_new_tokens, t, device);
+    check_rollout_memory(model, model.num_parameters(), dtype, at_once(cfg.valid_dataset.batch_size),
+                         longest_prompt(*in.valid), in.sampling.max_new_tokens, t, device);
   return in;
 }
 

@@ -15,10 +15,10 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/model/model_config.h"
 #include "areal/rollout/generation.h"
-#include "areal/rl/prompt_dataset.h"
+#include "areal/data/prompt_dataset.h"
 #include "areal/rl/reward.h"
-#include "areal/rl/text_dataset.h"
-#include "areal/rl/tokenizer.h"
+#include "areal/data/text_dataset.h"
+#include "areal/text/tokenizer.h"
 
 namespace areal {
 

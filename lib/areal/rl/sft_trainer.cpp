@@ -15,7 +15,7 @@
 #include "areal/recover/run_recovery.h"
 #include "areal/rl/micro_batches.h"
 #include "areal/rl/periodic_saves.h"
-#include "areal/rl/text_dataset.h"
+#include "areal/data/text_dataset.h"
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"

@@ -44,8 +44,8 @@ int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::Scala
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype)), t = tensor_parallel;
   // This rank's slices, plus the unit being sliced (gathered in float32 when LoRA is merged).
   const int64_t weights = (parameters + t - 1) / t * element + largest_unit_parameters(c) * (4 + element);
-  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) *
-                        c.head_dim * element;
+  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 *
+                        tensor_parallel_kv_heads(c, t) * c.head_dim * element;
   // The joined logits of a step: float32 for sampling, plus the gathered slices.
   const int64_t logits = rows * c.vocab_size * (4 + element);
   return weights + cache + logits;
@@ -147,6 +147,18 @@ struct RowCache {
     for (int64_t r : keep) kept.push_back(lengths[r]);
     lengths = kept;
   }
+
+  // Rows `rows` take over `fresh`'s rows in order (keys, values, lengths); `fresh` is
+  // no longer than this cache.
+  void put_rows(const std::vector<int64_t>& rows, const RowCache& fresh) {
+    at::Tensor index = at::tensor(rows, at::kLong).to(keys[0].device());
+    const int64_t length = fresh.keys[0].size(2);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      keys[i].narrow(2, 0, length).index_copy_(0, index, fresh.keys[i]);
+      values[i].narrow(2, 0, length).index_copy_(0, index, fresh.values[i]);
+    }
+    for (size_t j = 0; j < rows.size(); ++j) lengths[rows[j]] = fresh.lengths[j];
+  }
 };
 
 // Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
@@ -184,6 +196,22 @@ at::Tensor extend(RolloutModel& model, RowCache& cache, const at::Tensor& ids, c
   return model.logits(final_hidden).select(1, 0);
 }
 
+// Prompts `which` right-padded into one prefill of `cache`'s rows (empty so far), in
+// order; returns each one's last logits [rows, vocab].
+at::Tensor prefill(RolloutModel& model, RowCache& cache, const std::vector<std::vector<int64_t>>& prompts,
+                   const std::vector<int64_t>& which, int64_t pad_id) {
+  const int64_t rows = static_cast<int64_t>(which.size());
+  int64_t longest = 0;
+  for (int64_t r : which) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[r].size()));
+  at::Tensor ids = at::full({rows, longest}, pad_id, at::kLong);
+  std::vector<int64_t> counts(rows);
+  for (int64_t b = 0; b < rows; ++b) {
+    counts[b] = static_cast<int64_t>(prompts[which[b]].size());
+    ids[b].narrow(0, 0, counts[b]).copy_(at::tensor(prompts[which[b]], at::kLong));
+  }
+  return extend(model, cache, ids, counts);
+}
+
 }  // namespace
 
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -195,72 +223,96 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& p, std::vector<at::Generator>& generators) {
   at::NoGradGuard no_grad;
-  const int64_t rows = static_cast<int64_t>(prompts.size());
-  std::vector<Generated> out(rows);
-  if (rows == 0) return out;
-  if (!p.greedy && static_cast<int64_t>(generators.size()) != rows)
-    throw std::invalid_argument(cat("generate: ", rows, " prompts but ", generators.size(), " generators"));
-
-  // Prefill: prompts right-padded into one batch; each row's cache starts at 0.
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  std::vector<Generated> out(n);
+  if (n == 0) return out;
+  if (!p.greedy && static_cast<int64_t>(generators.size()) != n)
+    throw std::invalid_argument(cat("generate: ", n, " prompts but ", generators.size(), " generators"));
   int64_t longest = 0;
-  for (const auto& prompt : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
-  at::Tensor ids = at::full({rows, longest}, p.pad_id, at::kLong);
-  std::vector<int64_t> counts(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    counts[r] = static_cast<int64_t>(prompts[r].size());
-    if (counts[r] == 0) throw std::invalid_argument(cat("generate: prompt ", r, " is empty"));
-    ids[r].narrow(0, 0, counts[r]).copy_(at::tensor(prompts[r], at::kLong));
+  for (int64_t r = 0; r < n; ++r) {
+    if (prompts[r].empty()) throw std::invalid_argument(cat("generate: prompt ", r, " is empty"));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[r].size()));
   }
-  RowCache cache(model, rows, longest + p.max_new_tokens);
-  at::Tensor logits = extend(model, cache, ids, counts);
 
-  // Decoding. `batch[i]` is the answer that row i of the cache and of `logits` belongs
-  // to; a finished answer leaves the batch, and the cache drops finished rows once a
-  // quarter of them are done (one copy of the rest), so the steps shrink with the
-  // batch instead of feeding padding to the end.
+  // `batch[i]` is the answer that row i of the cache and of `logits` belongs to. With
+  // max_rows, the first max_rows answers start and the others wait for a row.
+  const int64_t rows = p.max_rows > 0 ? std::min(p.max_rows, n) : n;
   std::vector<int64_t> batch(rows);
   for (int64_t r = 0; r < rows; ++r) batch[r] = r;
-  std::vector<bool> done(rows, false);
+  int64_t next_waiting = rows;
+  RowCache cache(model, rows, longest + p.max_new_tokens);
+  at::Tensor logits = prefill(model, cache, prompts, batch, p.pad_id);
+
+  // Decoding. A finished answer leaves the batch: its row is refilled at once from the
+  // waiting answers (continuous batching); with none waiting, the cache drops finished
+  // rows once a quarter of them are done (one copy of the rest), so the steps shrink
+  // with the batch instead of feeding padding to the end.
+  std::vector<bool> done(n, false), stopped(n, false);
   const at::Tensor stop_ids = at::tensor(p.stop_ids, at::kLong);
-  for (int64_t step = 0; step < p.max_new_tokens; ++step) {
+  for (;;) {
     at::Tensor last = logits.to(at::kFloat).cpu();  // the step's one wait for the device
     if (!at::isfinite(last).all().item<bool>())
-      throw std::runtime_error(cat("generation: the policy's logits are not finite at new token ", step + 1,
-                                   " (NaN or inf in the weights; a diverged run? lower optimizer.lr)"));
-    if (step < p.min_new_tokens && stop_ids.numel() > 0) last.index_fill_(-1, stop_ids, -INFINITY);
+      throw std::runtime_error("generation: the policy's logits are not finite (NaN or inf in the weights; a diverged "
+                               "run? lower optimizer.lr)");
     std::vector<at::Generator> row_generators;
-    if (!p.greedy)
-      for (int64_t r : batch) row_generators.push_back(generators[r]);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t r = batch[i];
+      if (static_cast<int64_t>(out[r].tokens.size()) < p.min_new_tokens && stop_ids.numel() > 0)
+        last[static_cast<int64_t>(i)].index_fill_(-1, stop_ids, -INFINITY);
+      if (!p.greedy) row_generators.push_back(generators[r]);
+    }
     at::Tensor next = sample(last, p, row_generators);
     at::Tensor logprobs = (last / p.temperature).log_softmax(-1).gather(-1, next.unsqueeze(-1)).squeeze(-1);
     auto next_of = next.accessor<int64_t, 1>();
     auto logprob_of = logprobs.accessor<float, 1>();
-    std::vector<int64_t> active;  // rows of this batch that go on
+    std::vector<int64_t> active, free;  // rows of this batch that go on / whose answer is done
     for (size_t i = 0; i < batch.size(); ++i) {
       const int64_t r = batch[i], token = next_of[i];
-      if (done[r]) continue;
-      out[r].tokens.push_back(token);
-      out[r].logprobs.push_back(logprob_of[i]);
-      if (std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end()) done[r] = true;
-      else active.push_back(static_cast<int64_t>(i));
+      if (!done[r]) {
+        out[r].tokens.push_back(token);
+        out[r].logprobs.push_back(logprob_of[i]);
+        stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+        done[r] = stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens;
+      }
+      (done[r] ? free : active).push_back(static_cast<int64_t>(i));
     }
-    if (active.empty() || step + 1 == p.max_new_tokens) break;
+    if (active.empty() && next_waiting == n) break;
 
-    if (4 * static_cast<int64_t>(active.size()) <= 3 * cache.rows()) {
+    if (next_waiting == n && 4 * static_cast<int64_t>(active.size()) <= 3 * cache.rows()) {
       cache.keep_rows(active);
       std::vector<int64_t> kept_batch;
       for (int64_t i : active) kept_batch.push_back(batch[i]);
       batch = kept_batch;
       next = next.index_select(0, at::tensor(active, at::kLong));
+      free.clear();
     }
-    // Finished rows still in the batch feed padding at their own length: their cache
-    // beyond the answer is never read.
+    // Rows whose answer is done feed padding at their own length: their cache beyond
+    // the answer is never read (and a refilled row starts over).
     for (size_t i = 0; i < batch.size(); ++i)
       if (done[batch[i]]) next[static_cast<int64_t>(i)] = p.pad_id;
     std::vector<int64_t> ones(batch.size(), 1);
-    logits = extend(model, cache, next.unsqueeze(1), ones);
+    logits = active.empty() ? at::zeros({cache.rows(), model.config().vocab_size}, model.options())
+                            : extend(model, cache, next.unsqueeze(1), ones);
+
+    // Refill: waiting answers take the free rows, prefilled together in a cache of
+    // their own and copied in; their first logits replace the rows' decoding ones.
+    std::vector<int64_t> rows_to_fill, answers;
+    for (int64_t i : free) {
+      if (next_waiting == n) break;
+      rows_to_fill.push_back(i);
+      answers.push_back(next_waiting);
+      batch[i] = next_waiting++;
+    }
+    if (!rows_to_fill.empty()) {
+      int64_t fresh_longest = 0;
+      for (int64_t r : answers) fresh_longest = std::max<int64_t>(fresh_longest, static_cast<int64_t>(prompts[r].size()));
+      RowCache fresh(model, static_cast<int64_t>(answers.size()), fresh_longest);
+      at::Tensor first_logits = prefill(model, fresh, prompts, answers, p.pad_id);
+      cache.put_rows(rows_to_fill, fresh);
+      logits.index_copy_(0, at::tensor(rows_to_fill, at::kLong).to(logits.device()), first_logits);
+    }
   }
-  for (int64_t r = 0; r < rows; ++r) out[r].truncated = !done[r];
+  for (int64_t r = 0; r < n; ++r) out[r].truncated = !stopped[r];
   return out;
 }
 

@@ -31,6 +31,9 @@ struct SamplingParams {
   int64_t min_new_tokens = 0;
   std::vector<int64_t> stop_ids;  // end an answer (the stop token is kept in it)
   int64_t pad_id = 0;
+  // Answers decoded at once (rows of the cache); a finished answer's row is refilled from
+  // the waiting ones at once (continuous batching). 0: all of them at once.
+  int64_t max_rows = 0;
 };
 SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id);
 
@@ -51,9 +54,10 @@ int64_t free_memory_bytes(const at::Device& device);
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
                           int64_t max_new_tokens, int64_t tensor_parallel, const at::Device& device);
 
-// One answer per prompt (repeat a prompt for several samples), in one batch: one
-// prefill of the right-padded prompts, then token by token with a preallocated cache;
-// finished answers leave the batch (docs/rl.md). Row r samples on the CPU with
+// One answer per prompt (repeat a prompt for several samples), in one batch of at most
+// params.max_rows rows: one prefill of the right-padded prompts, then token by token
+// with a preallocated cache; a finished answer's row goes to a waiting prompt, or
+// leaves the batch when none waits (docs/rl.md). Row r samples on the CPU with
 // generators[r], so an answer depends on its row's seed, not on the device, the batch
 // it shares or the ranks that generate it. Collective over the model's tensor-parallel
 // group: its ranks pass the same prompts and get the same answers.

@@ -9,16 +9,19 @@
 namespace areal {
 
 void check_tensor_parallel(const ModelConfig& c, int64_t t) {
-  auto require = [&](int64_t count, const char* what) {
-    if (count % t != 0)
-      throw ConfigError(cat("option 'rollout.backend': ", t, " tensor-parallel ranks cannot split the model's ", count,
-                            " ", what, " evenly; use a t that divides ", c.num_key_value_heads,
-                            " (the key/value heads) and ", c.num_attention_heads, " (the attention heads)"));
+  auto refuse = [&](int64_t count, const char* what) {
+    throw ConfigError(cat("option 'rollout.backend': ", t, " tensor-parallel ranks cannot split the model's ", count,
+                          " ", what, " evenly; use a t that divides ", c.num_attention_heads,
+                          " (the attention heads) and ", c.intermediate_size, " (intermediate_size)"));
   };
-  require(c.num_attention_heads, "attention heads (num_attention_heads)");
-  require(c.num_key_value_heads, "key/value heads (num_key_value_heads)");
-  require(c.intermediate_size, "MLP channels (intermediate_size)");
+  if (c.num_attention_heads % t != 0) refuse(c.num_attention_heads, "attention heads (num_attention_heads)");
+  if (c.intermediate_size % t != 0) refuse(c.intermediate_size, "MLP channels (intermediate_size)");
+  // Fewer key/value heads than ranks: each is replicated on t / kv_heads ranks.
+  const int64_t kv = c.num_key_value_heads;
+  if (kv % t != 0 && t % kv != 0) refuse(kv, "key/value heads (num_key_value_heads; t must divide them or be a multiple)");
 }
+
+int64_t tensor_parallel_kv_heads(const ModelConfig& c, int64_t t) { return std::max<int64_t>(1, c.num_key_value_heads / t); }
 
 namespace {
 
@@ -48,7 +51,7 @@ RolloutModel::RolloutModel(const ShardedModel& model, Communicator& comm, Commun
       rank_(group ? group->rank() : 0) {
   check_tensor_parallel(config_, tensor_parallel_);
   local_.num_attention_heads /= tensor_parallel_;
-  local_.num_key_value_heads /= tensor_parallel_;
+  local_.num_key_value_heads = tensor_parallel_kv_heads(config_, tensor_parallel_);
   local_.intermediate_size /= tensor_parallel_;
   vocab_rows_ = (config_.vocab_size + tensor_parallel_ - 1) / tensor_parallel_;
   vocab_begin_ = rank_ * vocab_rows_;
@@ -92,12 +95,16 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
   if (layer < 0) throw std::invalid_argument(cat("RolloutModel: unexpected weight '", name, "'"));
   const int64_t q = local_.num_attention_heads * config_.head_dim, kv = local_.num_key_value_heads * config_.head_dim;
   const int64_t mlp = local_.intermediate_size;
+  // The key/value heads of this rank's query heads: its 1/t, or the one it shares with
+  // the other ranks of its query-head group when there are fewer than t.
+  const int64_t first_kv = r * config_.num_key_value_heads / t * config_.head_dim;
   at::Tensor slice = whole;  // the norms (and everything at t = 1)
   if (t > 1) {
     auto rows = [&](int64_t n) { return whole.narrow(0, r * n, n); };
     auto columns = [&](int64_t n) { return whole.narrow(1, r * n, n); };
     if (starts_with(inside, "self_attn.q_proj.")) slice = rows(q);
-    else if (starts_with(inside, "self_attn.k_proj.") || starts_with(inside, "self_attn.v_proj.")) slice = rows(kv);
+    else if (starts_with(inside, "self_attn.k_proj.") || starts_with(inside, "self_attn.v_proj."))
+      slice = whole.narrow(0, first_kv, kv);
     else if (inside == "self_attn.o_proj.weight") slice = columns(q);
     else if (starts_with(inside, "mlp.gate_proj.") || starts_with(inside, "mlp.up_proj.")) slice = rows(mlp);
     else if (inside == "mlp.down_proj.weight") slice = columns(mlp);

@@ -2,7 +2,8 @@
 //
 // A generation replica is a group of t ranks (`rollout.backend: areal:dDtT`). Each holds
 //   - 1/t of the attention heads: q/k/v by output rows (its heads), o_proj by input
-//     columns; 1/t of the MLP: gate/up by output rows, down_proj by input columns
+//     columns (with fewer key/value heads than t, each is replicated on t / kv_heads
+//     ranks); 1/t of the MLP: gate/up by output rows, down_proj by input columns
 //     (Megatron's column- and row-parallel pairs; one all-reduce after each pair);
 //   - 1/t of the vocabulary, for the embedding (a rank looks up the ids it holds and
 //     an all-reduce sums the rows) and the head (an all-gather joins the logits);
@@ -24,8 +25,11 @@
 namespace areal {
 
 // Throws ConfigError unless `tensor_parallel` ranks can split the model's attention
-// heads, key/value heads and MLP evenly (the vocabulary needs no even split).
+// heads and MLP evenly, and its key/value heads evenly or into replicas (t a multiple
+// of them). The vocabulary needs no even split.
 void check_tensor_parallel(const ModelConfig& config, int64_t tensor_parallel);
+// Key/value heads on each rank: kv_heads / t, or 1 (replicated) when t > kv_heads.
+int64_t tensor_parallel_kv_heads(const ModelConfig& config, int64_t tensor_parallel);
 
 class RolloutModel {
  public:

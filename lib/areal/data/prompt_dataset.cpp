@@ -1,8 +1,8 @@
-#include "areal/rl/prompt_dataset.h"
+#include "areal/data/prompt_dataset.h"
 
 #include <stdexcept>
 
-#include "areal/rl/jsonl.h"
+#include "areal/data/jsonl.h"
 #include "areal/util/strings.h"
 
 namespace areal {

@@ -1,4 +1,4 @@
-#include "areal/rl/builtin_tasks.h"
+#include "areal/data/builtin_tasks.h"
 
 #include <algorithm>
 #include <random>

@@ -1,4 +1,4 @@
-#include "areal/rl/bpe_tokenizer.h"
+#include "areal/text/bpe_tokenizer.h"
 
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>

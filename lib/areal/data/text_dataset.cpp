@@ -1,9 +1,9 @@
-#include "areal/rl/text_dataset.h"
+#include "areal/data/text_dataset.h"
 
 #include <stdexcept>
 
-#include "areal/rl/builtin_tasks.h"
-#include "areal/rl/jsonl.h"
+#include "areal/data/builtin_tasks.h"
+#include "areal/data/jsonl.h"
 #include "areal/util/strings.h"
 
 namespace areal {

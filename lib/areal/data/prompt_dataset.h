@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "areal/rl/builtin_tasks.h"
-#include "areal/rl/chat_template.h"
+#include "areal/data/builtin_tasks.h"
+#include "areal/text/chat_template.h"
 
 namespace areal {
 

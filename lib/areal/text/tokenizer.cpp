@@ -1,9 +1,9 @@
-#include "areal/rl/tokenizer.h"
+#include "areal/text/tokenizer.h"
 
 #include <filesystem>
 
-#include "areal/rl/bpe_tokenizer.h"
-#include "areal/rl/byte_tokenizer.h"
+#include "areal/text/bpe_tokenizer.h"
+#include "areal/text/byte_tokenizer.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 

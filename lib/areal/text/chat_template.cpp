@@ -1,4 +1,4 @@
-#include "areal/rl/chat_template.h"
+#include "areal/text/chat_template.h"
 
 #include "areal/util/error.h"
 #include "areal/util/strings.h"

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "areal/rl/chat_template.h"
-#include "areal/rl/tokenizer.h"
+#include "areal/text/chat_template.h"
+#include "areal/text/tokenizer.h"
 
 namespace areal {
 

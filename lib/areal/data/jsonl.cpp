@@ -1,4 +1,4 @@
-#include "areal/rl/jsonl.h"
+#include "areal/data/jsonl.h"
 
 #include <fstream>
 #include <stdexcept>

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "areal/rl/tokenizer.h"
+#include "areal/text/tokenizer.h"
 
 namespace areal {
 

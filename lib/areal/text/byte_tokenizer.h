@@ -2,7 +2,7 @@
 // BOS = 256 and EOS = 257 (the built-in tiny model's vocabulary of 258).
 #pragma once
 
-#include "areal/rl/tokenizer.h"
+#include "areal/text/tokenizer.h"
 
 namespace areal {
 

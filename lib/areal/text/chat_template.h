@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "areal/rl/tokenizer.h"
+#include "areal/text/tokenizer.h"
 
 namespace areal {
 

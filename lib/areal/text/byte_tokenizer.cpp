@@ -1,4 +1,4 @@
-#include "areal/rl/byte_tokenizer.h"
+#include "areal/text/byte_tokenizer.h"
 
 namespace areal {
 
