@@ -45,7 +45,7 @@ TEST_CASE("rl job: configs/ci_smoke.yaml runs the whole pipeline under mpirun -n
   REQUIRE(rows.size() == 4);
   for (const char* key : {"reward_mean", "accuracy", "response_length_mean", "truncated_share", "loss", "clip_fraction",
                           "kl", "entropy", "grad_norm", "lr", "rollout_seconds", "train_seconds",
-                          "gen_tokens_per_second", "peak_memory_bytes"})
+                          "gen_tokens_per_second", "peak_memory_bytes", "rollout_weight_bytes", "rollout_cache_bytes"})
     CHECK(rows[1].contains(key));
   CHECK(rows[1]["step"] == 1);
   CHECK(rows[2]["step"] == 2);
@@ -98,6 +98,9 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
     CHECK(tensor_parallel[exact].get<double>() == two[exact].get<double>());
   for (const char* close : {"loss", "grad_norm", "clip_fraction"})
     CHECK(tensor_parallel[close].get<double>() == Approx(two[close].get<double>()).epsilon(1e-4).margin(1e-6));
+  // Each rank held half of the policy (the norms whole), not the whole of it.
+  CHECK(tensor_parallel["rollout_weight_bytes"].get<double>() < 0.55 * two["rollout_weight_bytes"].get<double>());
+  CHECK(tensor_parallel["rollout_weight_bytes"].get<double>() > 0.45 * two["rollout_weight_bytes"].get<double>());
   // LoRA with a KL penalty: once the adapters have moved, the policy differs from the
   // reference (the base with adapters off) and the KL becomes non-zero.
   {

@@ -74,6 +74,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
     const std::vector<Generated> want_sampled = generate(*whole, prompts, sampled, reference_generators);
     const std::vector<Generated> want_greedy = generate(*whole, prompts, greedy, none);
 
+    int64_t bytes_at_t1 = 0;  // weights + KV cache of one rank at t = 1
     for (int64_t t : {1, 2, 4}) {
       if (g_me.world_size % t != 0) continue;  // t = 4 with 2 key/value heads: each on 2 ranks
       INFO(name << ", t = " << t);
@@ -83,7 +84,16 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
       CHECK(policy.local_kv_heads() == std::max<int64_t>(1, c.num_key_value_heads / t));
 
       std::vector<at::Generator> mine = generators(), mine_refilled = generators();
-      const std::vector<Generated> got_sampled = generate(policy, prompts, sampled, mine);
+      int64_t cache_bytes = 0;
+      const std::vector<Generated> got_sampled = generate(policy, prompts, sampled, mine, &cache_bytes);
+      // The same rows at t ranks: a rank holds 1/t of the weights and of the KV cache
+      // (the norms whole; with fewer key/value heads than t, one head each).
+      const int64_t bytes = policy.weight_bytes() + cache_bytes;
+      if (t == 1) bytes_at_t1 = bytes;
+      const double ratio = static_cast<double>(bytes) / static_cast<double>(bytes_at_t1);
+      INFO("weights + KV cache per rank: " << bytes << " bytes, " << ratio << "x of t = 1");
+      if (t == 4 && c.num_key_value_heads % 4 == 0) CHECK(ratio <= 0.35);
+      if (t == 2) CHECK(ratio <= 0.6);
       const std::vector<Generated> got_greedy = generate(policy, prompts, greedy, none);
       SamplingParams two_rows = sampled;  // continuous batching: two rows, refilled as answers end
       two_rows.max_rows = 2;

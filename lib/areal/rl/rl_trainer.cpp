@@ -256,9 +256,11 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     }
     const int64_t rows = static_cast<int64_t>(prompts.size()) * n_samples;
     std::vector<Generated> answers;
+    int64_t rollout_weight_bytes = 0, rollout_cache_bytes = 0;  // this rank's, for the stats
     {
       RolloutModel policy(model, comm, group.comm.get(), compute_dtype, device);
-      std::vector<Generated> group_answers = generate(policy, prompt_ids, sampling, generators);
+      rollout_weight_bytes = policy.weight_bytes();
+      std::vector<Generated> group_answers = generate(policy, prompt_ids, sampling, generators, &rollout_cache_bytes);
       answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
     }
     Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
@@ -359,7 +361,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     comm.all_reduce(sums, ReduceOp::Sum);
     // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
     at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(peak_rss_bytes()),
-                                    rollout_seconds, train_seconds},
+                                    rollout_seconds, train_seconds, static_cast<double>(rollout_weight_bytes),
+                                    static_cast<double>(rollout_cache_bytes)},
                                    at::kDouble);
     comm.all_reduce(maxima, ReduceOp::Max);
     auto s = [&](int i) { return sums[i].item<double>(); };
@@ -387,6 +390,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                        {"gen_tokens_per_second", s(4) / std::max(1e-9, mx(2))},
                        {"train_tokens_per_second", s(11) / std::max(1e-9, mx(3))},
                        {"peak_memory_bytes", mx(1)},
+                       {"rollout_weight_bytes", mx(4)},
+                       {"rollout_cache_bytes", mx(5)},
                        {"reward_failures", s(10)}};
     if (step == 0) summary.first_reward = reward_mean;
     summary.last_reward = reward_mean;

@@ -135,6 +135,11 @@ struct RowCache {
     }
   }
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
+  int64_t bytes() const {
+    int64_t total = 0;
+    for (size_t i = 0; i < keys.size(); ++i) total += keys[i].nbytes() + values[i].nbytes();
+    return total;
+  }
 
   // Keeps rows `keep` (in that order), dropping the others: one copy of what stays.
   void keep_rows(const std::vector<int64_t>& keep) {
@@ -221,7 +226,7 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
 }
 
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                                const SamplingParams& p, std::vector<at::Generator>& generators) {
+                                const SamplingParams& p, std::vector<at::Generator>& generators, int64_t* cache_bytes) {
   at::NoGradGuard no_grad;
   const int64_t n = static_cast<int64_t>(prompts.size());
   std::vector<Generated> out(n);
@@ -241,6 +246,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
   for (int64_t r = 0; r < rows; ++r) batch[r] = r;
   int64_t next_waiting = rows;
   RowCache cache(model, rows, longest + p.max_new_tokens);
+  int64_t most_cache_bytes = cache.bytes();
   at::Tensor logits = prefill(model, cache, prompts, batch, p.pad_id);
 
   // Decoding. A finished answer leaves the batch: its row is refilled at once from the
@@ -307,12 +313,14 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
       int64_t fresh_longest = 0;
       for (int64_t r : answers) fresh_longest = std::max<int64_t>(fresh_longest, static_cast<int64_t>(prompts[r].size()));
       RowCache fresh(model, static_cast<int64_t>(answers.size()), fresh_longest);
+      most_cache_bytes = std::max(most_cache_bytes, cache.bytes() + fresh.bytes());
       at::Tensor first_logits = prefill(model, fresh, prompts, answers, p.pad_id);
       cache.put_rows(rows_to_fill, fresh);
       logits.index_copy_(0, at::tensor(rows_to_fill, at::kLong).to(logits.device()), first_logits);
     }
   }
   for (int64_t r = 0; r < n; ++r) out[r].truncated = !stopped[r];
+  if (cache_bytes) *cache_bytes = most_cache_bytes;
   return out;
 }
 

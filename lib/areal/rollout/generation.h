@@ -61,8 +61,10 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 // generators[r], so an answer depends on its row's seed, not on the device, the batch
 // it shares or the ranks that generate it. Collective over the model's tensor-parallel
 // group: its ranks pass the same prompts and get the same answers.
+// `cache_bytes`, when given, receives the most bytes of KV cache this rank held at once.
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                                const SamplingParams& params, std::vector<at::Generator>& generators);
+                                const SamplingParams& params, std::vector<at::Generator>& generators,
+                                int64_t* cache_bytes = nullptr);
 // The same on a whole model (t = 1).
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators);
