@@ -5,6 +5,9 @@
 # Shapes ROWS x NEW: 32 x 64, 32 x 256, 128 x 64, 128 x 256 with exactly NEW tokens per
 # answer; and 128 x up to 256 with STOPS stop ids (answers of varied lengths, as real
 # ones: with a random model each token stops an answer with probability ~ STOPS / vocab).
+# Then tensor-parallel generation from the FSDP shards (bench/tp_generation_bench.cpp)
+# at t = 1 (one process, TP_THREADS torch threads) and t = 2 (two processes, one group,
+# TP_THREADS / 2 threads each): the same cores, prompts and answers (TP_SHAPE).
 # Writes bench/results/generation.json and generation.md.
 #   bench/run_generation.sh            # the full benchmark (a few minutes on 2 cores)
 #   SMOKE=1 bench/run_generation.sh    # the tiny test model, 4 rows x 8 tokens
@@ -19,28 +22,40 @@ results="${RESULTS_DIR:-$AREAL_ROOT/bench/results}"
 mkdir -p "$results"
 if [ -n "${SMOKE:-}" ]; then
   model=tests/fixtures/models/tiny_chat; SHAPES="${SHAPES:-4x8}"; PROMPT_LEN=8; label=smoke
-  STOP_SHAPES="${STOP_SHAPES:-4x8}"; STOPS="${STOPS:-8}"
+  STOP_SHAPES="${STOP_SHAPES:-4x8}"; STOPS="${STOPS:-8}"; TP_SHAPE="${TP_SHAPE:-4x8}"
 else
   model="${AREAL_BENCH_MODELS:-$HOME/.cache/areal-train/bench}/qwen2_74m_float32"
   "$PY" bench/make_bench_model.py "$model" float32 74m
   SHAPES="${SHAPES:-32x64 32x256 128x64 128x256}"; PROMPT_LEN=64; label=full
   STOP_SHAPES="${STOP_SHAPES:-128x256}"; STOPS="${STOPS:-500}"  # mean answer ~ 64 tokens
+  TP_SHAPE="${TP_SHAPE:-32x64}"
 fi
-for run in $(for s in $SHAPES; do echo "$s:0"; done; for s in $STOP_SHAPES; do echo "$s:$STOPS"; done); do
-  shape="${run%:*}"; stops="${run#*:}"
-  rows="${shape%x*}"; new="${shape#*x}"
-  "$PY" - "$model" "$rows" "$PROMPT_LEN" "$work/prompts_$rows.json" <<'PY'
+TP_THREADS="${TP_THREADS:-2}"
+write_prompts() {  # write_prompts ROWS FILE: ROWS random prompts of PROMPT_LEN tokens
+  "$PY" - "$model" "$1" "$PROMPT_LEN" "$2" <<'PY'
 import json, random, sys
 config = json.load(open(sys.argv[1] + "/config.json"))
 random.seed(0)
 rows, length = int(sys.argv[2]), int(sys.argv[3])
 json.dump([[random.randrange(3, config["vocab_size"]) for _ in range(length)] for _ in range(rows)], open(sys.argv[4], "w"))
 PY
+}
+for run in $(for s in $SHAPES; do echo "$s:0"; done; for s in $STOP_SHAPES; do echo "$s:$STOPS"; done); do
+  shape="${run%:*}"; stops="${run#*:}"
+  rows="${shape%x*}"; new="${shape#*x}"
+  write_prompts "$rows" "$work/prompts_$rows.json"
   echo "== $rows rows x $new new tokens, $stops stop ids"
   "$AREAL_BUILD/bench/areal_generation_bench" "$model" "$work/prompts_$rows.json" "$new" "$stops" \
     "$work/areal_${rows}x${new}_${stops}.json"
   "$PY" bench/reference/hf_generate.py "$model" "$work/prompts_$rows.json" "$new" "$stops" \
     "$work/hf_${rows}x${new}_${stops}.json"
+done
+tp_rows="${TP_SHAPE%x*}"; tp_new="${TP_SHAPE#*x}"
+write_prompts "$tp_rows" "$work/tp_prompts.json"
+echo "== tensor-parallel generation from the shards, $tp_rows rows x $tp_new new tokens, $TP_THREADS cores"
+for t in 1 2; do
+  "${AREAL_MPIRUN[@]}" --bind-to none -x OMP_NUM_THREADS=$((TP_THREADS / t)) -np "$t" \
+    "$AREAL_BUILD/bench/areal_tp_generation_bench" "$model" "$work/tp_prompts.json" "$tp_new" "$work/tp_$t.json"
 done
 "$PY" - "$work" "$results" "$label" "$PROMPT_LEN" <<'PY'
 import datetime, glob, json, os, platform, sys
@@ -58,7 +73,9 @@ for path in sorted(glob.glob(f"{work}/areal_*.json"), key=os.path.getmtime):
 meta = {"date": datetime.date.today().isoformat(), "label": label, "cores": os.cpu_count(),
         "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "prompt_tokens": int(prompt_len)}
 suffix = "" if label == "full" else f"_{label}"
-json.dump({"meta": meta, "rows": rows}, open(os.path.join(results, f"generation{suffix}.json"), "w"), indent=1)
+tp = [json.load(open(f"{work}/tp_{t}.json")) for t in (1, 2)]
+json.dump({"meta": meta, "rows": rows, "tensor_parallel": tp}, open(os.path.join(results, f"generation{suffix}.json"), "w"),
+          indent=1)
 lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, float32; "
          f"prompts of {prompt_len} tokens, sampled answers (temperature 1).", "",
          "| rows x new tokens | answers | areal-train tokens/s | transformers tokens/s | ratio |", "|---|---|---|---|---|"]
@@ -71,6 +88,14 @@ for r in rows:
         answers = f"exactly {r['new_tokens']} tokens"
     lines.append(f"| {r['rows']} x {r['new_tokens']} | {answers} | {r['areal_tokens_per_second']:.0f} | "
                  f"{r['transformers_tokens_per_second']:.0f} | {r['ratio']:.2f}{target} |")
+lines += ["", f"Tensor-parallel generation from the FSDP shards, {tp[0]['rows']} rows x {tp[0]['new_tokens']} tokens, "
+          f"the same {meta['cores']} cores: t = 1 is one process, t = 2 two processes of one group.", "",
+          "| t | tokens/s | vs t = 1 | policy slices per rank | KV cache per rank | slicing from the shards |",
+          "|---|---|---|---|---|---|"]
+for r in tp:
+    lines.append(f"| {r['tensor_parallel']} | {r['tokens_per_second']:.0f} | "
+                 f"{r['tokens_per_second'] / tp[0]['tokens_per_second']:.2f} | {r['weight_bytes_per_rank'] / 2**20:.1f} MiB | "
+                 f"{r['cache_bytes_per_rank'] / 2**20:.1f} MiB | {r['slicing_seconds']:.2f} s |")
 open(os.path.join(results, f"generation{suffix}.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
