@@ -48,11 +48,7 @@ int run_job(const areal::Config& cfg) {
   areal::RankInfo me = areal::bootstrap(cfg);
   areal::log::configure(me.rank, me.world_size, cfg.log.level, cfg.log.all_ranks);
   areal::log::info(areal::cat("bootstrap: world_size=", me.world_size, ", NCCL ", areal::nccl_version()));
-  {
-    areal::Allocation allocation = areal::parse_allocation(cfg);
-    areal::check_allocation_against_world(allocation, me.world_size);
-    areal::log::info(areal::describe_allocation(allocation));
-  }
+  areal::log::info(areal::describe_allocation(areal::allocation_for_world(cfg, me.world_size)));
   std::string placement = areal::placement_table(me);
   areal::log::info("placement:" + placement);
   {

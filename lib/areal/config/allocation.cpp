@@ -100,6 +100,12 @@ void check_allocation_against_world(Allocation& a, int world_size) {
                         " and generation runs on the training ranks; use d x t = ", world_size));
 }
 
+Allocation allocation_for_world(const Config& cfg, int world_size) {
+  Allocation allocation = parse_allocation(cfg);
+  check_allocation_against_world(allocation, world_size);
+  return allocation;
+}
+
 std::string describe_allocation(const Allocation& a) {
   const bool builtin_name = a.rollout.engine.empty() || a.rollout.engine == "areal";
   return cat("generation: ", a.rollout.data, a.rollout.data == 1 ? " replica" : " replicas", " x ", a.rollout.tensor,

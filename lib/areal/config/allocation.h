@@ -37,6 +37,10 @@ Allocation parse_allocation(const Config& cfg);
 // ranks (asynchronous RL, not built yet).
 void check_allocation_against_world(Allocation& allocation, int world_size);
 
+// Both of the above: the job's shapes for `world_size` ranks (what bootstrap checks,
+// the RL loop and the job checks use).
+Allocation allocation_for_world(const Config& cfg, int world_size);
+
 // The placement, for the start-up log: "generation: 1 replica x 2 tensor-parallel
 // ranks (built-in engine); training: FSDP over 2 ranks; colocated".
 std::string describe_allocation(const Allocation& allocation);

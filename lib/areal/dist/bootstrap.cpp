@@ -84,8 +84,7 @@ RankInfo bootstrap(const Config& cfg) {
 
   std::string problem;
   try {
-    Allocation allocation = parse_allocation(cfg);
-    check_allocation_against_world(allocation, info.world_size);
+    allocation_for_world(cfg, info.world_size);
     info.device = pick_device(cfg, info.local_rank, info.local_world_size);
   } catch (const ConfigError& e) {
     problem = e.what();

@@ -126,9 +126,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   if (in.valid) check_positions(*in.valid, "valid_dataset.path");
 
   // Tensor-parallel generation splits the heads and the MLP evenly.
-  Allocation allocation = parse_allocation(cfg);
-  check_allocation_against_world(allocation, me.world_size);
-  const int64_t t = allocation.tensor_parallel();
+  const int64_t t = allocation_for_world(cfg, me.world_size).tensor_parallel();
   check_tensor_parallel(model, t);
 
   // Memory for the rollout (and the evaluation) with the longest prompt of the data: a

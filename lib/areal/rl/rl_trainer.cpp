@@ -169,10 +169,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                 n_minibatches, " minibatches"));
 
   // ---- generation groups: t consecutive ranks generate together (rollout.backend) ----
-  Allocation allocation = parse_allocation(cfg);
-  check_allocation_against_world(allocation, me.world_size);
   GenerationGroup group;
-  group.size = static_cast<int>(allocation.tensor_parallel());
+  group.size = static_cast<int>(allocation_for_world(cfg, me.world_size).tensor_parallel());
   group.first = me.rank / group.size * group.size;
   if (group.size > 1) group.comm = comm.split(me.rank / group.size, me.rank % group.size);
 
