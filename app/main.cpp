@@ -63,8 +63,11 @@ int run_job(const areal::Config& cfg) {
       std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
       areal::log::info("stage figures written to " + path);
     }
-    if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, *init.model);
-    if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, *init.model);
+    if (inputs.sft || inputs.rl) {
+      areal::Policy policy(cfg, *init.model, comm);
+      if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, policy);
+      if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, policy);
+    }
   }
   areal::finalize();
   return areal::kExitOk;

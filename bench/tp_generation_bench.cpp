@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
         return generators;
       };
       auto slicing_start = std::chrono::steady_clock::now();
-      RolloutModel policy(*init.model, comm, group.get(), at::kFloat, at::Device("cpu"));
+      Policy sharded(cfg, *init.model, comm);
+      RolloutModel policy(sharded, group.get(), at::kFloat, at::Device("cpu"));
       const double slicing_seconds = seconds_since(slicing_start);
       {  // warm-up: a few rows, a few tokens
         SamplingParams warm = params;

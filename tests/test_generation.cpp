@@ -7,6 +7,7 @@
 
 #include "areal/model/hf_weights.h"
 #include "areal/rollout/generation.h"
+#include "areal/rollout/sampling.h"
 
 using namespace areal;
 
@@ -210,10 +211,11 @@ TEST_CASE("generation: the rollout's memory estimate and the refusal when it doe
   REQUIRE(c.num_key_value_heads % 2 == 0);
   for (int64_t t : {1, 2}) {
     // weights / t + the unit being sliced (float32 + dtype) + cache / t (rows x tokens x
-    // layers x k,v x kv heads x head dim) + one step's joined logits (float32 + dtype)
+    // layers x k,v x kv heads x head dim) + one step's logits of this rank's vocabulary
+    // columns (dtype) and sampling's work on them (40 bytes per column)
     const int64_t expected = (parameters + t - 1) / t * 4 + std::max(layer0, embedding) * 8 +
                              8 * (10 + 20) * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) * c.head_dim * 4 +
-                             8 * c.vocab_size * 8;
+                             8 * ((c.vocab_size + t - 1) / t) * (4 + 40);
     CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t) == expected);
   }
   CHECK(free_memory_bytes(at::Device("cpu")) > 0);
@@ -221,4 +223,62 @@ TEST_CASE("generation: the rollout's memory estimate and the refusal when it doe
   CHECK_THROWS_WITH(check_rollout_memory(c, parameters, at::kFloat, 1 << 20, 1 << 20, 1 << 20, 2, at::Device("cpu")),
                     Catch::Matchers::Contains("the rollout needs") && Catch::Matchers::Contains("is free") &&
                         Catch::Matchers::Contains("rollout.backend"));
+}
+
+TEST_CASE("generation: the sampler draws from softmax(logits / temperature) over the top-k and top-p tokens",
+          "[rl][generation]") {
+  // Six tokens, 20000 rows with their own seeds: each token's frequency is its
+  // probability within 4 standard errors; top_k and top_p keep exactly the tokens the
+  // definitions keep (computed here by hand); the log-prob is that of the unfiltered
+  // distribution, and a held-back stop id is never drawn.
+  const int64_t rows = 20000;
+  const std::vector<float> row = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
+  const at::Tensor logits = at::tensor(row).unsqueeze(0).expand({rows, 6}).contiguous();
+  auto frequencies = [&](const SamplingParams& p, const std::vector<bool>& hold, std::vector<float>* logprobs) {
+    std::vector<at::Generator> generators;
+    for (int64_t r = 0; r < rows; ++r) generators.push_back(answer_generator(21, 0, r, 0));
+    const NextTokens next = sample_next({logits, 0, 6}, p, generators, hold, nullptr);
+    std::vector<double> counts(6, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      counts[next.tokens[r]] += 1.0 / rows;
+      if (logprobs) (*logprobs)[next.tokens[r]] = next.logprobs[r];
+    }
+    return counts;
+  };
+  auto expect = [&](const std::vector<double>& got, at::Tensor probs) {
+    for (int64_t v = 0; v < 6; ++v) {
+      const double want = probs[v].item<double>();
+      INFO("token " << v << ": frequency " << got[v] << ", probability " << want);
+      CHECK(std::abs(got[v] - want) <= 4 * std::sqrt(want * (1 - want) / rows) + 1e-12);
+    }
+  };
+  const at::Tensor scaled = at::tensor(row).to(at::kDouble) / 0.8;
+  SamplingParams p;
+  p.temperature = 0.8;
+  std::vector<bool> none(rows, false);
+  std::vector<float> logprobs(6, 0);
+  expect(frequencies(p, none, &logprobs), scaled.softmax(0));
+  for (int64_t v = 0; v < 6; ++v)
+    if (logprobs[v] != 0) CHECK(logprobs[v] == Approx(scaled.log_softmax(0)[v].item<double>()).margin(1e-5));
+  // top_k 3: tokens 0, 5, 1.
+  SamplingParams k3 = p;
+  k3.top_k = 3;
+  expect(frequencies(k3, none, nullptr), scaled.index_fill(0, at::tensor({2, 3, 4}, at::kLong), -INFINITY).softmax(0));
+  // top_p: the probabilities sorted are 0.481 (token 0), 0.257 (5), 0.138 (1), ...; a
+  // token stays while the ones before it hold less than top_p.
+  SamplingParams nucleus = p;
+  nucleus.top_p = 0.75;  // 0.481 + 0.257 = 0.738 < 0.75: tokens 0, 5 and 1
+  expect(frequencies(nucleus, none, nullptr), scaled.index_fill(0, at::tensor({2, 3, 4}, at::kLong), -INFINITY).softmax(0));
+  nucleus.top_p = 0.7;  // tokens 0 and 5
+  expect(frequencies(nucleus, none, nullptr), scaled.index_fill(0, at::tensor({1, 2, 3, 4}, at::kLong), -INFINITY).softmax(0));
+  nucleus.top_p = 0.45;  // token 0 alone
+  CHECK(frequencies(nucleus, none, nullptr)[0] == Approx(1.0));
+  // Token 0 as a held-back stop id.
+  SamplingParams stop = p;
+  stop.stop_ids = {0};
+  std::vector<bool> hold(rows, true);
+  std::vector<float> held_logprobs(6, 0);
+  const at::Tensor without_0 = scaled.index_fill(0, at::tensor({0}, at::kLong), -INFINITY);
+  expect(frequencies(stop, hold, &held_logprobs), without_0.softmax(0));
+  CHECK(held_logprobs[5] == Approx(without_0.log_softmax(0)[5].item<double>()).margin(1e-5));
 }

@@ -6,7 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include "catch_with_torch.h"
 
-#include "areal/fsdp/engine.h"
+#include "areal/fsdp/policy.h"
 #include "areal/fsdp/staged_init.h"
 #include "areal/rl/micro_batches.h"
 #include "mpi_fixture.h"
@@ -38,7 +38,9 @@ TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of on
   cfg.device = "cpu";
   InitResult init = staged_init(cfg, g_me, *g_comm);
   ShardedModel& model = *init.model;
-  FsdpEngine engine(model, *g_comm, at::kFloat, at::kFloat);
+  cfg.actor.dtype = "float32";
+  cfg.actor.grad_reduce_dtype = "float32";
+  Policy policy(cfg, model, *g_comm);
 
   // Rank r has 3 + 2r sequences of 3..14 tokens: ranks need different numbers of
   // micro-batches, so the ones with fewer run empty ones.
@@ -66,7 +68,7 @@ TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of on
     auto mbs = micro_batches(set, 0, n, max_tokens, *g_comm, at::Device("cpu"));
     count = mbs.size();
     for (const MicroBatch& mb : mbs) {
-      at::Tensor logits = mb.forward(engine);
+      at::Tensor logits = mb.forward(policy);
       at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), mb.targets().reshape({-1}), {},
                                                      at::Reduction::None);
       at::Tensor sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();

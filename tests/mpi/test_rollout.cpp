@@ -51,6 +51,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
     cfg.fsdp.memory_efficient_load = true;
     cfg.device = "cpu";
     InitResult init = staged_init(cfg, g_me, *g_comm);
+    Policy sharded(cfg, *init.model, *g_comm);
 
     // Three prompts of different lengths, two answers each, sampled and greedy.
     std::vector<std::vector<int64_t>> prompts;
@@ -79,7 +80,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
       if (g_me.world_size % t != 0) continue;  // t = 4 with 2 key/value heads: each on 2 ranks
       INFO(name << ", t = " << t);
       std::unique_ptr<Communicator> group = t > 1 ? g_comm->split(g_me.rank / t, g_me.rank % t) : nullptr;
-      RolloutModel policy(*init.model, *g_comm, group.get(), at::kFloat, at::Device("cpu"));
+      RolloutModel policy(sharded, group.get(), at::kFloat, at::Device("cpu"));
       CHECK(policy.weight_bytes() == expected_slice_bytes(*whole, t, g_me.rank % t));
       CHECK(policy.local_kv_heads() == std::max<int64_t>(1, c.num_key_value_heads / t));
 
@@ -128,4 +129,47 @@ TEST_CASE("rollout: a tensor-parallel size that does not split the heads is refu
   CHECK_THROWS_WITH(check_tensor_parallel(c, 6), Catch::Matchers::Contains("4 key/value heads"));
   c.intermediate_size = 50;
   CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("intermediate_size"));
+}
+
+TEST_CASE("rollout: sampling over vocabulary slices picks the tokens and log-probs of the whole vocabulary",
+          "[mpi][rollout]") {
+  // Random logits of 6 rows over 103 tokens (not a multiple of t: the last rank's
+  // columns are partly padding); each group of t ranks splits the columns as
+  // RolloutModel does, t = 1 is the whole vocabulary in one process.
+  const int64_t rows = 6, vocab = 103;
+  const at::Tensor logits = 3 * at::randn({rows, vocab}, at::make_generator<at::CPUGeneratorImpl>(11));
+  SamplingParams plain;
+  plain.temperature = 0.7;
+  plain.stop_ids = {4, 100};
+  SamplingParams greedy = plain, top_k = plain, top_p = plain, both = plain;
+  greedy.greedy = true;
+  top_k.top_k = 5;
+  top_p.top_p = 0.6;
+  both.top_k = 7;
+  both.top_p = 0.8;
+  const std::vector<bool> hold_stop = {true, false, false, true, false, false};
+  auto draw = [&](const SamplingParams& p, int64_t t, Communicator* group, int64_t group_rank) {
+    const int64_t columns = (vocab + t - 1) / t, first = group_rank * columns;
+    VocabSlice slice{at::zeros({rows, columns}), first, vocab};
+    const int64_t real = std::min(columns, vocab - first);
+    slice.logits.narrow(1, 0, real).copy_(logits.narrow(1, first, real));
+    std::vector<NextTokens> steps;
+    std::vector<at::Generator> generators;
+    for (int64_t r = 0; r < rows; ++r) generators.push_back(answer_generator(7, 0, r, 0));
+    for (int step = 0; step < 20; ++step) steps.push_back(sample_next(slice, p, generators, hold_stop, group));
+    return steps;
+  };
+  for (const SamplingParams* p : {&plain, &greedy, &top_k, &top_p, &both}) {
+    const std::vector<NextTokens> want = draw(*p, 1, nullptr, 0);
+    for (int64_t t : {2, 4}) {
+      if (g_me.world_size % t != 0) continue;
+      INFO("top_k " << p->top_k << ", top_p " << p->top_p << ", greedy " << p->greedy << ", t = " << t);
+      std::unique_ptr<Communicator> group = g_comm->split(g_me.rank / t, g_me.rank % t);
+      const std::vector<NextTokens> got = draw(*p, t, group.get(), g_me.rank % t);
+      for (size_t s = 0; s < want.size(); ++s) {
+        REQUIRE(got[s].tokens == want[s].tokens);
+        for (int64_t r = 0; r < rows; ++r) CHECK(std::abs(got[s].logprobs[r] - want[s].logprobs[r]) < 1e-5);
+      }
+    }
+  }
 }

@@ -1,4 +1,5 @@
 #include "areal/fsdp/engine.h"
+#include "areal/fsdp/policy.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -292,13 +293,6 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 };
 
 }  // namespace
-
-at::ScalarType dtype_from_name(const std::string& name) {
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  if (name == "float32") return at::kFloat;
-  throw std::invalid_argument("unknown dtype name '" + name + "' (bfloat16, float16, float32)");
-}
 
 FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& comm) {
   FsdpModel result;

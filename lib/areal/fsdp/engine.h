@@ -71,9 +71,6 @@ class FsdpEngine {
   std::unique_ptr<BufferPool> buffers_;
 };
 
-// "bfloat16" | "float16" | "float32" (actor.dtype, actor.grad_reduce_dtype) as a dtype.
-at::ScalarType dtype_from_name(const std::string& name);
-
 // What make_fsdp_engine builds: the sharded model (with the figures of its staged
 // initialization) and the engine that runs it.
 struct FsdpModel {

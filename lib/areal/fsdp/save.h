@@ -13,11 +13,6 @@
 
 namespace areal {
 
-// Unit `u` gathered as its parameters by name (collective), in `dtype`; with
-// `merge_adapters` and LoRA, adapted weights come as W + scale * B A (merged in float32).
-std::map<std::string, at::Tensor> gather_unit_weights(const ShardedModel& model, Communicator& comm, size_t u,
-                                                      at::ScalarType dtype, bool merge_adapters);
-
 // Writes `dir` (config.json + safetensors, sharded at `max_shard_bytes`) with the
 // weights in `dtype` (float32: bit-identical to the master shards). With
 // `merge_adapters` and LoRA, each adapted weight is written as W + scale * B A (a

@@ -37,12 +37,12 @@ std::optional<RecoverPoint> find_resume_point(const Config& cfg) {
 }
 
 RunRecovery::RunRecovery(const Config& cfg, std::string job, int64_t steps_per_epoch, Communicator& comm,
-                         ShardedModel& model, ShardedAdamW& optimizer)
+                         Policy& policy, ShardedAdamW& optimizer)
     : cfg_(cfg),
       job_(std::move(job)),
       steps_per_epoch_(steps_per_epoch),
       comm_(comm),
-      model_(model),
+      model_(policy.shards()),
       optimizer_(optimizer),
       last_write_(std::chrono::steady_clock::now()) {
   install_stop_signal_handlers();

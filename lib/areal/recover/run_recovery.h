@@ -10,7 +10,7 @@
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/policy.h"
 #include "areal/optim/adamw.h"
 #include "areal/recover/recover_checkpoint.h"
 
@@ -32,7 +32,7 @@ std::optional<RecoverPoint> find_resume_point(const Config& cfg);
 class RunRecovery {
  public:
   // Installs the stop-signal handlers. `job`: "sft" or "rl".
-  RunRecovery(const Config& cfg, std::string job, int64_t steps_per_epoch, Communicator& comm, ShardedModel& model,
+  RunRecovery(const Config& cfg, std::string job, int64_t steps_per_epoch, Communicator& comm, Policy& policy,
               ShardedAdamW& optimizer);
 
   // When find_resume_point has a point: loads it into the model and the optimizer

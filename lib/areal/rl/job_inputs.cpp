@@ -2,8 +2,7 @@
 
 #include <algorithm>
 
-#include "areal/fsdp/engine.h"
-#include "areal/fsdp/lora.h"
+#include "areal/fsdp/policy.h"
 #include "areal/config/allocation.h"
 #include "areal/rollout/rollout_model.h"
 #include "areal/recover/run_recovery.h"
@@ -161,7 +160,7 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
 }  // namespace
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
-  if (cfg.actor.use_lora) lora_spec(cfg.actor);  // unknown target modules
+  check_policy_options(cfg);
   JobInputs inputs;
   if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
   if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/engine.h"
+#include "areal/fsdp/policy.h"
 
 namespace areal {
 
@@ -35,8 +35,9 @@ class MicroBatch {
  public:
   MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device);
 
-  // Logits [R, W, vocab] for this micro-batch. Collective, like FsdpEngine::forward.
-  at::Tensor forward(FsdpEngine& engine) const;
+  // Logits [R, W, vocab] for this micro-batch on `weights`. Collective, like
+  // Policy::forward.
+  at::Tensor forward(Policy& policy, PolicyWeights weights = PolicyWeights::current) const;
   at::Tensor lay_out(const at::Tensor& target_values) const;
   // The inverse: laid-out values [R, W] written back into the set's [N, L - 1] `out`.
   void put_back(const at::Tensor& laid_out, at::Tensor& out) const;

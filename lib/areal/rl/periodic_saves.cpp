@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "areal/config/run_paths.h"
-#include "areal/fsdp/save.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
@@ -23,7 +22,7 @@ std::string periodic_save_name(int64_t epoch, int64_t epoch_step, int64_t global
 PeriodicSaver::PeriodicSaver(const Config& cfg, int64_t steps_per_epoch, Communicator& comm)
     : cfg_(cfg), steps_per_epoch_(steps_per_epoch), comm_(comm), last_save_(std::chrono::steady_clock::now()) {}
 
-std::string PeriodicSaver::after_step(int64_t steps_done, bool last, const ShardedModel& model) {
+std::string PeriodicSaver::after_step(int64_t steps_done, bool last, const Policy& policy) {
   const SaverConfig& sc = cfg_.saver;
   if (last) return "";
   bool due = (sc.freq_steps > 0 && steps_done % sc.freq_steps == 0) ||
@@ -39,7 +38,7 @@ std::string PeriodicSaver::after_step(int64_t steps_done, bool last, const Shard
   const fs::path root = fs::path(run_dir(cfg_)) / "checkpoints";
   const std::string dir =
       (root / periodic_save_name(index / steps_per_epoch_, index % steps_per_epoch_, index)).string();
-  save_trained_model(cfg_, model, comm_, dir);
+  policy.save(dir);
   last_save_ = std::chrono::steady_clock::now();
   log::info(cat("saved ", dir));
   if (comm_.rank() == 0 && sc.keep_last > 0) remove_old_saves(root.string());

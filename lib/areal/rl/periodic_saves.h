@@ -15,7 +15,7 @@
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/policy.h"
 
 namespace areal {
 
@@ -29,7 +29,7 @@ class PeriodicSaver {
   // due (never after the last step). Collective; with saver.freq_secs one small
   // all-reduce every step, so that all ranks agree on the time. Returns the directory
   // written, or "".
-  std::string after_step(int64_t steps_done, bool last, const ShardedModel& model);
+  std::string after_step(int64_t steps_done, bool last, const Policy& policy);
 
  private:
   void remove_old_saves(const std::string& root) const;

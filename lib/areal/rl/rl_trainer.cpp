@@ -9,8 +9,7 @@
 
 #include "areal/config/allocation.h"
 #include "areal/config/run_paths.h"
-#include "areal/fsdp/engine.h"
-#include "areal/fsdp/save.h"
+#include "areal/fsdp/policy.h"
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
@@ -80,18 +79,19 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
 
 PaddedSequences sequences_of(const Rollout& r) { return {r.ids, r.lengths}; }
 
-// Log-probs of the rollout's targets under `engine` without a graph: [rows, L - 1] on
-// the CPU, in n_chunks chunks of micro-batches (actor.mb_spec). Collective.
-at::Tensor score_rollout(FsdpEngine& engine, const Rollout& r, int64_t n_chunks, int64_t max_tokens_per_mb,
-                         double temperature, Communicator& comm, const at::Device& device) {
+// Log-probs of the rollout's targets under the policy's `weights` without a graph:
+// [rows, L - 1] on the CPU, in n_chunks chunks of micro-batches (actor.mb_spec).
+// Collective.
+at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r, int64_t n_chunks,
+                         int64_t max_tokens_per_mb, double temperature, const at::Device& device) {
   at::NoGradGuard no_grad;
   const int64_t rows = r.ids.size(0);
   const PaddedSequences set = sequences_of(r);
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
     for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
-                                              comm, device)) {
-      at::Tensor logits = mb.forward(engine);
+                                              policy.comm(), device)) {
+      at::Tensor logits = mb.forward(policy, weights);
       mb.put_back(token_logprobs(logits, mb.targets(), temperature).logprobs.cpu(), out);
     }
   }
@@ -116,11 +116,11 @@ std::vector<size_t> items_of(int member, int world_size, size_t n) {
 // Greedy answers to every held-out prompt (each generation group its members' share,
 // `chunk` prompts at a time), the share of answers with a positive reward over all
 // ranks. Collective.
-double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& comm, GenerationGroup& group,
-                const RankInfo& me, at::ScalarType dtype, SamplingParams greedy, const Tokenizer& tokenizer,
-                const RewardFn& reward, int64_t chunk) {
+double evaluate(const PromptDataset& data, const Policy& policy, Communicator& comm, GenerationGroup& group,
+                const RankInfo& me, SamplingParams greedy, const Tokenizer& tokenizer, const RewardFn& reward,
+                int64_t chunk) {
   greedy.greedy = true;
-  RolloutModel policy(model, comm, group.comm.get(), dtype, at::Device(me.device));
+  RolloutModel slices(policy, group.comm.get(), policy.compute_dtype(), at::Device(me.device));
   double correct = 0, count = 0;
   int64_t failures = 0;
   std::vector<at::Generator> none;
@@ -134,7 +134,7 @@ double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& co
   for (size_t begin = 0; begin < items.size(); begin += chunk) {
     std::vector<std::vector<int64_t>> prompts;
     for (size_t k = begin; k < std::min(items.size(), begin + chunk); ++k) prompts.push_back(data[items[k]].ids);
-    std::vector<Generated> answers = generate(policy, prompts, greedy, none);
+    std::vector<Generated> answers = generate(slices, prompts, greedy, none);
     for (size_t k = 0; k < answers.size(); ++k) {
       if (!mine[begin + k]) continue;
       const Prompt& p = data[items[begin + k]];
@@ -149,10 +149,10 @@ double evaluate(const PromptDataset& data, ShardedModel& model, Communicator& co
 
 }  // namespace
 
-RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, ShardedModel& model) {
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy) {
   const ActorConfig& actor = cfg.actor;
   const at::Device device(me.device);
-  const at::ScalarType compute_dtype = dtype_from_name(actor.dtype);
+  const at::ScalarType compute_dtype = policy.compute_dtype();
   const Tokenizer& tokenizer = *inputs.tokenizer;
   const SamplingParams& sampling = inputs.sampling;
   const RewardFn& reward = inputs.reward;
@@ -174,30 +174,14 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   group.first = me.rank / group.size * group.size;
   if (group.size > 1) group.comm = comm.split(me.rank / group.size, me.rank % group.size);
 
-  // ---- engines ----
-  FsdpEngine engine(model, comm, compute_dtype, dtype_from_name(actor.grad_reduce_dtype));
-  engine.set_gradient_checkpointing(actor.gradient_checkpointing);
-  ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
-  // The KL reference: with LoRA the base model (adapters off), else a frozen copy of the
-  // initial shards (one more shard set per rank, 1/N of the model).
+  // ---- optimizer and the KL reference (the initial weights) ----
+  ShardedAdamW optimizer(policy.trainable(), cfg.optimizer, comm);
   const bool use_reference = actor.kl_ctl > 0;
-  std::unique_ptr<ShardedModel> reference_model;
-  std::unique_ptr<FsdpEngine> reference_engine;
-  if (use_reference && !model.has_adapters()) {
-    reference_model = model.frozen_copy();
-    reference_engine = std::make_unique<FsdpEngine>(*reference_model, comm, compute_dtype, at::kFloat);
-  }
-  auto reference_logp = [&](const Rollout& r) {
-    FsdpEngine& ref = reference_engine ? *reference_engine : engine;
-    ref.set_adapters_enabled(false);
-    at::Tensor logp = score_rollout(ref, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
-    ref.set_adapters_enabled(true);
-    return logp;
-  };
+  if (use_reference) policy.keep_reference();
 
   // Recover: continue after the last recover checkpoint's step (recover.mode auto).
-  // After the reference copy above, which is of the initial weights either way.
-  RunRecovery recovery(cfg, "rl", schedule.steps_per_epoch, comm, model, optimizer);
+  // After the reference is kept, so it is of the initial weights either way.
+  RunRecovery recovery(cfg, "rl", schedule.steps_per_epoch, comm, policy, optimizer);
   std::optional<RecoverPoint> resumed = recovery.resume();
   StatsLogger stats(cfg, me.rank, resumed ? resumed->steps_done : -1);
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
@@ -205,7 +189,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
     auto start = Clock::now();
-    double accuracy = evaluate(*valid, model, comm, group, me, compute_dtype, sampling, tokenizer, reward,
+    double accuracy = evaluate(*valid, policy, comm, group, me, sampling, tokenizer, reward,
                                cfg.valid_dataset.batch_size);
     log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
                   " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
@@ -256,9 +240,9 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     std::vector<Generated> answers;
     int64_t rollout_weight_bytes = 0, rollout_cache_bytes = 0;  // this rank's, for the stats
     {
-      RolloutModel policy(model, comm, group.comm.get(), compute_dtype, device);
-      rollout_weight_bytes = policy.weight_bytes();
-      std::vector<Generated> group_answers = generate(policy, prompt_ids, sampling, generators, &rollout_cache_bytes);
+      RolloutModel slices(policy, group.comm.get(), compute_dtype, device);
+      rollout_weight_bytes = slices.weight_bytes();
+      std::vector<Generated> group_answers = generate(slices, prompt_ids, sampling, generators, &rollout_cache_bytes);
       answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
     }
     Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
@@ -267,10 +251,12 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     // ---- advantages ----
     auto train_start = Clock::now();
     if (actor.recompute_logprob)
-      r.old_logp = score_rollout(engine, r, n_minibatches, max_tokens_per_mb, actor.temperature, comm, device);
+      r.old_logp = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb, actor.temperature,
+                                 device);
     at::Tensor ref_logp, kl;
     if (use_reference) {
-      ref_logp = reference_logp(r);
+      ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, max_tokens_per_mb,
+                               actor.temperature, device);
       kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
     }
     std::vector<double> scores;
@@ -298,7 +284,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
       double total = 0, mb_clipped = 0, mb_dual = 0, mb_entropy = 0;
       bool finite = true;
       for (const MicroBatch& mb : micro_batches(sequences, begin, end, max_tokens_per_mb, comm, device)) {
-        at::Tensor logits = mb.forward(engine);
+        at::Tensor logits = mb.forward(policy);
         const at::Tensor mask = mb.lay_out(r.loss_mask);
         TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
         PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(r.old_logp), mb.lay_out(advantages), actor.eps_clip,
@@ -408,7 +394,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
     stats.log(step + 1, logged);
-    saver.after_step(step + 1, last, model);
+    saver.after_step(step + 1, last, policy);
     recovery.after_step(step + 1, last,
                         {{"eval_before", summary.eval_before},
                          {"first_reward", summary.first_reward},
@@ -418,7 +404,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   summary.eval_after = run_eval("after training");
   if (valid) stats.log(step, {{"eval_accuracy", summary.eval_after}});
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
-  save_trained_model(cfg, model, comm, summary.checkpoint);
+  policy.save(summary.checkpoint);
   if (valid)
     log::info(cat("rl: held-out greedy accuracy ", format_fixed(100 * summary.eval_before, 1), "% -> ",
                   format_fixed(100 * summary.eval_after, 1), "%"));

@@ -17,7 +17,7 @@
 #include "areal/config/config.h"
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/policy.h"
 #include "areal/rl/job_inputs.h"
 
 namespace areal {
@@ -32,6 +32,6 @@ struct RlSummary {
 };
 
 // Collective. `inputs` from prepare_job.
-RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, ShardedModel& model);
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy);
 
 }  // namespace areal

@@ -8,8 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/config/run_paths.h"
-#include "areal/fsdp/engine.h"
-#include "areal/fsdp/save.h"
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
@@ -48,7 +46,7 @@ std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const 
 }  // namespace
 
 SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
-                   ShardedModel& model) {
+                   Policy& policy) {
   const TextDataset& data = *inputs.train;
   const TrainingSchedule& schedule = inputs.schedule;
   const int64_t total_steps = schedule.total_steps;
@@ -56,15 +54,13 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
                 " steps"));
 
   const at::Device device(me.device);
-  FsdpEngine engine(model, comm, dtype_from_name(cfg.actor.dtype), dtype_from_name(cfg.actor.grad_reduce_dtype));
-  engine.set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
-  ShardedAdamW optimizer(model.trainable_shards(), cfg.optimizer, comm);
+  ShardedAdamW optimizer(policy.trainable(), cfg.optimizer, comm);
   // Host memory of the training phase alone: its growth over the RSS at its start.
   const int64_t rss_at_start = current_rss_bytes();
   reset_peak_rss();
 
   // Recover: continue after the last recover checkpoint's step (recover.mode auto).
-  RunRecovery recovery(cfg, "sft", schedule.steps_per_epoch, comm, model, optimizer);
+  RunRecovery recovery(cfg, "sft", schedule.steps_per_epoch, comm, policy, optimizer);
   std::optional<RecoverPoint> resumed = recovery.resume();
   SftSummary summary;
   int64_t step = resumed ? resumed->steps_done : 0;
@@ -95,7 +91,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     at::Tensor loss_sum = at::zeros({1}, at::kDouble);
     for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
                                               device)) {
-      at::Tensor logits = mb.forward(engine);
+      at::Tensor logits = mb.forward(policy);
       at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                                      mb.targets().reshape({-1}), {}, at::Reduction::None);
       at::Tensor local_sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();
@@ -126,7 +122,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
             << "\n";
       stats.flush();
     }
-    saver.after_step(step + 1, step + 1 == total_steps, model);
+    saver.after_step(step + 1, step + 1 == total_steps, policy);
     recovery.after_step(step + 1, step + 1 == total_steps, {{"first_loss", summary.first_loss}});
   }
   summary.steps = step;
@@ -145,7 +141,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     }
   }
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
-  save_trained_model(cfg, model, comm, summary.checkpoint);
+  policy.save(summary.checkpoint);
   log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss, "; saved ",
                 summary.checkpoint));
   return summary;

@@ -9,7 +9,7 @@
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/policy.h"
 #include "areal/rl/job_inputs.h"
 
 namespace areal {
@@ -24,6 +24,6 @@ struct SftSummary {
 // Collective. The loss of a step is the mean over every non-padding target token of
 // the global batch (all ranks), whatever the world size. `inputs` from prepare_job.
 SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
-                   ShardedModel& model);
+                   Policy& policy);
 
 }  // namespace areal

@@ -17,21 +17,6 @@
 
 namespace areal {
 
-SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id) {
-  SamplingParams p;
-  p.greedy = g.greedy;
-  p.temperature = g.temperature;
-  p.top_p = g.top_p;
-  p.top_k = g.top_k;
-  p.max_new_tokens = g.max_new_tokens;
-  p.min_new_tokens = g.min_new_tokens;
-  p.stop_ids = std::move(stop_ids);
-  for (int64_t id : g.stop_token_ids)
-    if (std::find(p.stop_ids.begin(), p.stop_ids.end(), id) == p.stop_ids.end()) p.stop_ids.push_back(id);
-  p.pad_id = pad_id;
-  return p;
-}
-
 int64_t largest_unit_parameters(const ModelConfig& c) {
   const int64_t embedding = c.vocab_size * c.hidden_size;
   const int64_t layer = (c.num_parameters() - embedding * (c.tie_word_embeddings ? 1 : 2) - c.hidden_size) /
@@ -46,8 +31,9 @@ int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::Scala
   const int64_t weights = (parameters + t - 1) / t * element + largest_unit_parameters(c) * (4 + element);
   const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 *
                         tensor_parallel_kv_heads(c, t) * c.head_dim * element;
-  // The joined logits of a step: float32 for sampling, plus the gathered slices.
-  const int64_t logits = rows * c.vocab_size * (4 + element);
+  // A step's logits of this rank's vocabulary columns in dtype, and sampling's float32
+  // and float64 work on them (top-p sorts them).
+  const int64_t logits = rows * ((c.vocab_size + t - 1) / t) * (element + 40);
   return weights + cache + logits;
 }
 
@@ -87,32 +73,6 @@ at::Generator answer_generator(int64_t seed, int64_t step, int64_t prompt, int64
   }
   return at::make_generator<at::CPUGeneratorImpl>(x);
 }
-
-namespace {
-
-// The next token of each row from its last logits [rows, vocab] (float32, CPU).
-at::Tensor sample(const at::Tensor& logits, const SamplingParams& p, std::vector<at::Generator>& generators) {
-  if (p.greedy) return logits.argmax(-1);
-  at::Tensor scores = logits / p.temperature;
-  const int64_t vocab = scores.size(-1);
-  if (p.top_k > 0 && p.top_k < vocab) {
-    at::Tensor kth = std::get<0>(scores.topk(p.top_k, -1)).narrow(-1, p.top_k - 1, 1);
-    scores = scores.masked_fill(scores < kth, -INFINITY);
-  }
-  if (p.top_p < 1.0) {
-    auto [sorted, order] = scores.sort(-1, /*descending=*/true);
-    at::Tensor probs = sorted.softmax(-1);
-    // Drop a token when the tokens before it already reach top_p (the first always stays).
-    at::Tensor drop = (probs.cumsum(-1) - probs) >= p.top_p;
-    scores = scores.scatter(-1, order, sorted.masked_fill(drop, -INFINITY));
-  }
-  at::Tensor probs = scores.softmax(-1);
-  at::Tensor next = at::empty({probs.size(0)}, at::kLong);
-  for (int64_t r = 0; r < probs.size(0); ++r) next[r] = at::multinomial(probs[r], 1, false, generators[r]).item<int64_t>();
-  return next;
-}
-
-}  // namespace
 
 namespace {
 
@@ -168,7 +128,8 @@ struct RowCache {
 
 // Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
 // the model, appending to the cache at each row's length, and returns the logits of
-// each row's last real token [B, vocab]: the head runs on B positions only.
+// each row's last real token [B, this rank's vocabulary columns]: the head runs on B
+// positions only.
 at::Tensor extend(RolloutModel& model, RowCache& cache, const at::Tensor& ids, const std::vector<int64_t>& counts) {
   const ModelConfig& c = model.config();
   const at::Device device = model.options().device();
@@ -198,11 +159,11 @@ at::Tensor extend(RolloutModel& model, RowCache& cache, const at::Tensor& ids, c
   }
   at::Tensor index = at::tensor(last, at::kLong).to(device).view({rows, 1, 1}).expand({rows, 1, h.size(-1)});
   at::Tensor final_hidden = h.gather(1, index);
-  return model.logits(final_hidden).select(1, 0);
+  return model.local_logits(final_hidden).select(1, 0);
 }
 
 // Prompts `which` right-padded into one prefill of `cache`'s rows (empty so far), in
-// order; returns each one's last logits [rows, vocab].
+// order; returns each one's last logits [rows, this rank's vocabulary columns].
 at::Tensor prefill(RolloutModel& model, RowCache& cache, const std::vector<std::vector<int64_t>>& prompts,
                    const std::vector<int64_t>& which, int64_t pad_id) {
   const int64_t rows = static_cast<int64_t>(which.size());
@@ -254,29 +215,25 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
   // rows once a quarter of them are done (one copy of the rest), so the steps shrink
   // with the batch instead of feeding padding to the end.
   std::vector<bool> done(n, false), stopped(n, false);
-  const at::Tensor stop_ids = at::tensor(p.stop_ids, at::kLong);
+  const VocabSlice vocab{{}, model.vocab_begin(), model.config().vocab_size};
   for (;;) {
-    at::Tensor last = logits.to(at::kFloat).cpu();  // the step's one wait for the device
-    if (!at::isfinite(last).all().item<bool>())
-      throw std::runtime_error("generation: the policy's logits are not finite (NaN or inf in the weights; a diverged "
-                               "run? lower optimizer.lr)");
+    // This rank's vocabulary columns of the step: the step's one wait for the device.
+    VocabSlice slice = vocab;
+    slice.logits = logits.to(at::kFloat).cpu();
     std::vector<at::Generator> row_generators;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t r = batch[i];
-      if (static_cast<int64_t>(out[r].tokens.size()) < p.min_new_tokens && stop_ids.numel() > 0)
-        last[static_cast<int64_t>(i)].index_fill_(-1, stop_ids, -INFINITY);
+    std::vector<bool> hold_stop;
+    for (const int64_t r : batch) {
+      hold_stop.push_back(static_cast<int64_t>(out[r].tokens.size()) < p.min_new_tokens);
       if (!p.greedy) row_generators.push_back(generators[r]);
     }
-    at::Tensor next = sample(last, p, row_generators);
-    at::Tensor logprobs = (last / p.temperature).log_softmax(-1).gather(-1, next.unsqueeze(-1)).squeeze(-1);
-    auto next_of = next.accessor<int64_t, 1>();
-    auto logprob_of = logprobs.accessor<float, 1>();
+    const NextTokens sampled = sample_next(slice, p, row_generators, hold_stop, model.group());
+    at::Tensor next = at::tensor(sampled.tokens, at::kLong);
     std::vector<int64_t> active, free;  // rows of this batch that go on / whose answer is done
     for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t r = batch[i], token = next_of[i];
+      const int64_t r = batch[i], token = sampled.tokens[i];
       if (!done[r]) {
         out[r].tokens.push_back(token);
-        out[r].logprobs.push_back(logprob_of[i]);
+        out[r].logprobs.push_back(sampled.logprobs[i]);
         stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
         done[r] = stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens;
       }
@@ -297,7 +254,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
     for (size_t i = 0; i < batch.size(); ++i)
       if (done[batch[i]]) next[static_cast<int64_t>(i)] = p.pad_id;
     std::vector<int64_t> ones(batch.size(), 1);
-    logits = active.empty() ? at::zeros({cache.rows(), model.config().vocab_size}, model.options())
+    logits = active.empty() ? at::zeros({cache.rows(), model.vocab_columns()}, model.options())
                             : extend(model, cache, next.unsqueeze(1), ones);
 
     // Refill: waiting answers take the free rows, prefilled together in a cache of

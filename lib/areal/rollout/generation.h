@@ -5,7 +5,7 @@
 // generation group of t ranks generates the group's prompts together. Per rank:
 //   parameters / t x dtype size  +  one unit (the one being sliced)
 //   +  KV cache (rows x (prompt + max_new_tokens) x layers x 2 x kv_heads / t x head_dim
-//      x dtype size)  +  the joined logits of one step (rows x vocab x (4 + dtype size)),
+//      x dtype size)  +  the logits of one step (rows x vocab / t x (4 + dtype size)),
 // with rows = the answers the group generates together; check_rollout_memory refuses to
 // start when that is more than the device has free.
 #pragma once
@@ -19,23 +19,9 @@
 #include "areal/dist/communicator.h"
 #include "areal/model/transformer.h"
 #include "areal/rollout/rollout_model.h"
+#include "areal/rollout/sampling.h"
 
 namespace areal {
-
-struct SamplingParams {
-  bool greedy = false;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;  // 0 or >= vocab: no top-k
-  int64_t max_new_tokens = 16;
-  int64_t min_new_tokens = 0;
-  std::vector<int64_t> stop_ids;  // end an answer (the stop token is kept in it)
-  int64_t pad_id = 0;
-  // Answers decoded at once (rows of the cache); a finished answer's row is refilled from
-  // the waiting ones at once (continuous batching). 0: all of them at once.
-  int64_t max_rows = 0;
-};
-SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id);
 
 struct Generated {
   std::vector<int64_t> tokens;  // the answer, ending with its stop token unless truncated

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include "areal/fsdp/save.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 
@@ -42,10 +41,9 @@ RolloutModel::RolloutModel(const CausalLM& model) : config_(model.config()), loc
   for (const auto& item : model.named_parameters()) add_slice(item.key(), item.value(), /*own=*/false);
 }
 
-RolloutModel::RolloutModel(const ShardedModel& model, Communicator& comm, Communicator* group, at::ScalarType dtype,
-                           const at::Device& device)
-    : config_(model.config()),
-      local_(model.config()),
+RolloutModel::RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device)
+    : config_(policy.config()),
+      local_(policy.config()),
       group_(group),
       tensor_parallel_(group ? group->world_size() : 1),
       rank_(group ? group->rank() : 0) {
@@ -60,8 +58,8 @@ RolloutModel::RolloutModel(const ShardedModel& model, Communicator& comm, Commun
   at::NoGradGuard no_grad;
   // One unit whole at a time: its slices are copied out (own = true) and the gathered
   // unit is freed before the next gather.
-  for (size_t u = 0; u < model.units().size(); ++u)
-    for (auto& [name, weight] : gather_unit_weights(model, comm, u, dtype, /*merge_adapters=*/true))
+  for (size_t u = 0; u < policy.unit_count(); ++u)
+    for (auto& [name, weight] : policy.unit_weights(u, dtype))
       add_slice(name, weight.to(device), /*own=*/true);
 }
 
@@ -145,22 +143,8 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   return decoder_layer(local_, lookup, hidden, attention, keys, values, 0.0, reduce);
 }
 
-at::Tensor RolloutModel::logits(const at::Tensor& hidden) {
-  at::Tensor local = lm_logits(config_, norm_, head_, hidden).contiguous();
-  if (tensor_parallel_ == 1) return local;
-  // [t, ..., vocab/t] from the group, laid side by side and cut to the vocabulary.
-  std::vector<int64_t> shape = {tensor_parallel_};
-  for (int64_t d : local.sizes()) shape.push_back(d);
-  at::Tensor gathered = at::empty(shape, local.options());
-  group_->all_gather(local, gathered);
-  const int64_t dims = local.dim();
-  std::vector<int64_t> order;
-  for (int64_t d = 1; d < dims; ++d) order.push_back(d);
-  order.push_back(0);
-  order.push_back(dims);
-  std::vector<int64_t> joined(local.sizes().begin(), local.sizes().end() - 1);
-  joined.push_back(tensor_parallel_ * vocab_rows_);
-  return gathered.permute(order).reshape(joined).narrow(-1, 0, config_.vocab_size);
+at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {
+  return lm_logits(config_, norm_, head_, hidden);
 }
 
 }  // namespace areal

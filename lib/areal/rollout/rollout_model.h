@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "areal/dist/communicator.h"
-#include "areal/fsdp/sharded_model.h"
+#include "areal/fsdp/policy.h"
 #include "areal/model/functional.h"
 #include "areal/model/transformer.h"
 
@@ -35,11 +35,11 @@ class RolloutModel {
  public:
   // t = 1 over a whole model: shares its tensors (no copies, no collectives).
   explicit RolloutModel(const CausalLM& model);
-  // This rank's slices of `model`'s weights in `dtype` on `device`, LoRA merged, taken
-  // unit by unit from the shards. Collective over `comm` (each unit's gather); `group`
-  // is this rank's tensor-parallel group (nullptr: t = 1), used by the forward.
-  RolloutModel(const ShardedModel& model, Communicator& comm, Communicator* group, at::ScalarType dtype,
-               const at::Device& device);
+  // This rank's slices of `policy`'s weights in `dtype` on `device`, LoRA merged, taken
+  // unit by unit from the shards. Collective over the policy's ranks (each unit's
+  // gather); `group` is this rank's tensor-parallel group (nullptr: t = 1), used by the
+  // forward.
+  RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device);
 
   const ModelConfig& config() const { return config_; }        // the whole model's shape
   int64_t local_kv_heads() const { return local_.num_key_value_heads; }
@@ -50,7 +50,13 @@ class RolloutModel {
   at::Tensor embed(const at::Tensor& ids);  // [B, T] -> [B, T, hidden]
   at::Tensor layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention, at::Tensor& keys,
                    at::Tensor& values);
-  at::Tensor logits(const at::Tensor& hidden);  // [B, T, hidden] -> [B, T, vocab]
+  // [B, T, hidden] -> this rank's vocabulary columns [B, T, vocab_columns()], token
+  // ids vocab_begin() on (at t = 1 the whole vocabulary; the last rank's columns past
+  // the vocabulary are padding). Sampling joins the ranks' columns (sampling.h).
+  at::Tensor local_logits(const at::Tensor& hidden);
+  int64_t vocab_begin() const { return vocab_begin_; }
+  int64_t vocab_columns() const { return vocab_rows_; }
+  Communicator* group() const { return group_; }
 
  private:
   // Keeps this rank's part of weight `name` (Hugging Face name); `own`: as a copy.

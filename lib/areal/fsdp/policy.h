@@ -1,0 +1,91 @@
+// The policy as the loops see the sharded model: the one part of fsdp/ that rl/ and
+// rollout/ use (DESIGN.md). Four things:
+//   - the train step's forward: logits with a graph whose backward leaves the
+//     trainable shards' gradients (FsdpEngine, engine.h);
+//   - log-probs of the KL reference: the same forward on the reference weights;
+//   - the weights for the rollout, one unit at a time (unit_weights.h);
+//   - saving the trained model as a Hugging Face checkpoint (save.h).
+// The optimizer (optim/) updates trainable(); recover/ writes and loads shards().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "areal/config/config.h"
+#include "areal/dist/communicator.h"
+#include "areal/fsdp/sharded_model.h"
+#include "areal/model/functional.h"
+
+namespace areal {
+
+class FsdpEngine;
+
+// "bfloat16" | "float16" | "float32" (actor.dtype, actor.grad_reduce_dtype) as a dtype.
+at::ScalarType dtype_from_name(const std::string& name);
+
+// The checks of the policy's options that the config alone decides (LoRA's target
+// modules): prepare_job runs them before anything loads. Throws ConfigError.
+void check_policy_options(const Config& cfg);
+
+// Which weights a forward runs on.
+enum class PolicyWeights { current, reference };
+
+class Policy {
+ public:
+  // An engine over `model` in actor.dtype, gradients reduced in actor.grad_reduce_dtype,
+  // with actor.gradient_checkpointing. `cfg` must outlive the policy.
+  Policy(const Config& cfg, ShardedModel& model, Communicator& comm);
+  ~Policy();
+
+  const ModelConfig& config() const { return model_.config(); }
+  at::ScalarType compute_dtype() const;
+  Communicator& comm() { return comm_; }
+
+  // ---- the train step ----
+  // Logits [B, T, vocab] in the compute dtype. On the current weights they carry a graph
+  // (when grad mode is on); a backward from them leaves trainable()'s gradients, averaged
+  // over ranks. Collective: every rank calls it with its own batch. The reference needs
+  // keep_reference() first.
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask,
+                     PolicyWeights weights = PolicyWeights::current);
+  // The same with the attention inputs made by the caller (packed sequences).
+  at::Tensor forward(const at::Tensor& ids, const AttentionInputs& attention,
+                     PolicyWeights weights = PolicyWeights::current);
+  // What an optimizer updates: the adapter shards with LoRA, else the base shards.
+  std::vector<at::Tensor> trainable() { return model_.trainable_shards(); }
+
+  // ---- the KL reference ----
+  // Keeps the current weights as the reference: with LoRA the base model (adapters off,
+  // nothing copied), else a frozen copy of the shards (one more shard set, 1/N of the
+  // model per rank). Call it before the first update.
+  void keep_reference();
+  bool has_reference() const { return reference_kept_; }
+
+  // ---- the weights for the rollout ----
+  size_t unit_count() const { return model_.units().size(); }
+  // Unit `u`'s weights by Hugging Face name in `dtype`, LoRA merged: the only unit whole
+  // on this rank until the caller drops it. Collective, every rank in unit order.
+  std::map<std::string, at::Tensor> unit_weights(size_t u, at::ScalarType dtype) const;
+
+  // ---- saving ----
+  // The trained model in `dir` (save_trained_model, save.h). Collective.
+  void save(const std::string& dir) const;
+
+  // The shards themselves, for recover checkpoints (recover/) and tests.
+  ShardedModel& shards() { return model_; }
+
+ private:
+  const Config& cfg_;
+  ShardedModel& model_;
+  Communicator& comm_;
+  std::unique_ptr<FsdpEngine> engine_;
+  bool reference_kept_ = false;
+  std::unique_ptr<ShardedModel> reference_model_;  // the frozen copy (no LoRA)
+  std::unique_ptr<FsdpEngine> reference_engine_;
+};
+
+}  // namespace areal

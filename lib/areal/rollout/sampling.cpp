@@ -1,0 +1,159 @@
+#include "areal/rollout/sampling.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+
+namespace areal {
+
+SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id) {
+  SamplingParams p;
+  p.greedy = g.greedy;
+  p.temperature = g.temperature;
+  p.top_p = g.top_p;
+  p.top_k = g.top_k;
+  p.max_new_tokens = g.max_new_tokens;
+  p.min_new_tokens = g.min_new_tokens;
+  p.stop_ids = std::move(stop_ids);
+  for (int64_t id : g.stop_token_ids)
+    if (std::find(p.stop_ids.begin(), p.stop_ids.end(), id) == p.stop_ids.end()) p.stop_ids.push_back(id);
+  p.pad_id = pad_id;
+  return p;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The key of a row's step: its generator's next 64 bits (each rank of a group holds the
+// same generators and draws the same number, so the keys agree).
+uint64_t step_key(at::Generator& generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+}
+
+// Gumbel noise [rows, columns] for token ids first, first + 1, ...: a function of (key,
+// token id) alone.
+at::Tensor gumbel_noise(const std::vector<uint64_t>& keys, int64_t first, int64_t columns) {
+  const int64_t rows = static_cast<int64_t>(keys.size());
+  at::Tensor noise = at::empty({rows, columns}, at::kFloat);
+  float* out = noise.data_ptr<float>();
+  at::parallel_for(0, rows * columns, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t id = static_cast<uint64_t>(first + i % columns);
+      const uint64_t bits = splitmix64(keys[static_cast<size_t>(i / columns)] ^ splitmix64(id));
+      const double u = (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+      out[i] = static_cast<float>(-std::log(-std::log(u)));
+    }
+  });
+  return noise;
+}
+
+// Every rank's [rows, n] side by side: [rows, t * n], rank order (t = 1: `local`).
+at::Tensor gather_columns(const at::Tensor& local, Communicator* group) {
+  if (!group || group->world_size() == 1) return local;
+  const int64_t t = group->world_size(), rows = local.size(0), n = local.size(1);
+  at::Tensor gathered = at::empty({t, rows, n}, local.options());
+  group->all_gather(local.contiguous(), gathered);
+  return gathered.permute({1, 0, 2}).reshape({rows, t * n});
+}
+
+void all_reduce(at::Tensor& t, ReduceOp op, Communicator* group) {
+  if (group && group->world_size() > 1) group->all_reduce(t, op);
+}
+
+}  // namespace
+
+NextTokens sample_next(const VocabSlice& slice, const SamplingParams& p, std::vector<at::Generator>& generators,
+                       const std::vector<bool>& hold_stop, Communicator* group) {
+  const int64_t rows = slice.logits.size(0), columns = slice.logits.size(1);
+  const int64_t real = std::clamp<int64_t>(slice.vocab_size - slice.first, 0, columns);
+  const bool bad = !at::isfinite(slice.logits.narrow(1, 0, real)).all().item<bool>();
+
+  // The scores: logits / temperature, padding and held-back stop ids at -inf.
+  at::Tensor scores = slice.logits / p.temperature;
+  if (real < columns) scores.narrow(1, real, columns - real).fill_(-INFINITY);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!hold_stop[static_cast<size_t>(r)]) continue;
+    for (int64_t id : p.stop_ids)
+      if (id >= slice.first && id < slice.first + real) scores[r][id - slice.first] = -INFINITY;
+  }
+
+  // The maxima (with a flag for non-finite logits anywhere) and the normalizer.
+  at::Tensor maxima = at::cat({scores.amax(1), at::full({1}, bad ? 1.0f : 0.0f)});
+  all_reduce(maxima, ReduceOp::Max, group);
+  if (maxima[rows].item<float>() > 0)
+    throw std::runtime_error("generation: the policy's logits are not finite (NaN or inf in the weights; a diverged "
+                             "run? lower optimizer.lr)");
+  const at::Tensor top = maxima.narrow(0, 0, rows).unsqueeze(1);
+  auto normalizer = [&](const at::Tensor& s) {  // sum of exp(s - top) over the whole vocabulary, [rows, 1]
+    at::Tensor z = (s - top).exp().to(at::kDouble).sum(1, /*keepdim=*/true);
+    all_reduce(z, ReduceOp::Sum, group);
+    return z;
+  };
+  const at::Tensor log_z = top.to(at::kDouble) + normalizer(scores).log();
+  const at::Tensor base = scores;  // the log-prob's distribution: no top-k, no top-p
+
+  if (!p.greedy && p.top_k > 0 && p.top_k < slice.vocab_size) {
+    // The k-th best of the whole vocabulary is among the ranks' k best.
+    const int64_t k = p.top_k, mine = std::min(k, columns);
+    at::Tensor best = std::get<0>(scores.topk(mine, 1));
+    if (mine < k) best = at::cat({best, at::full({rows, k - mine}, -INFINITY)}, 1);
+    at::Tensor kth = std::get<0>(gather_columns(best, group).topk(k, 1)).narrow(1, k - 1, 1);
+    scores = scores.masked_fill(scores < kth, -INFINITY);
+  }
+  if (!p.greedy && p.top_p < 1.0) {
+    // Keep a token when the tokens likelier than it hold less than top_p (the likeliest
+    // always stays). A token kept overall is kept by that rule within its rank too, so
+    // each rank offers only those: the same count m from every rank, sorted.
+    const at::Tensor z = normalizer(scores);
+    at::Tensor sorted = std::get<0>(scores.sort(1, /*descending=*/true));
+    at::Tensor probs = (sorted.to(at::kDouble) - top).exp() / z;
+    at::Tensor offered = ((probs.cumsum(1) - probs) < p.top_p) & (probs > 0);
+    at::Tensor m = offered.sum(1).max().to(at::kDouble).reshape({1});
+    all_reduce(m, ReduceOp::Max, group);
+    at::Tensor candidates = gather_columns(sorted.narrow(1, 0, m.item<int64_t>()), group);
+    candidates = std::get<0>(candidates.sort(1, /*descending=*/true));
+    at::Tensor candidate_probs = (candidates.to(at::kDouble) - top).exp() / z;
+    at::Tensor kept = ((candidate_probs.cumsum(1) - candidate_probs) < p.top_p).sum(1, /*keepdim=*/true);
+    at::Tensor lowest = candidates.gather(1, (kept - 1).clamp_min(0));
+    scores = scores.masked_fill(scores < lowest, -INFINITY);
+  }
+
+  // Each rank's best (score plus noise) with its token id and base score; the group's
+  // best wins, the lowest id on a tie (as argmax over the whole vocabulary).
+  at::Tensor value = scores;
+  if (!p.greedy) {
+    std::vector<uint64_t> keys;
+    for (int64_t r = 0; r < rows; ++r) keys.push_back(step_key(generators.at(static_cast<size_t>(r))));
+    value = scores + gumbel_noise(keys, slice.first, columns);
+  }
+  auto [best, column] = value.max(1, /*keepdim=*/true);
+  at::Tensor offer = at::cat({best.to(at::kDouble), (column + slice.first).to(at::kDouble),
+                              base.gather(1, column).to(at::kDouble)},
+                             1);
+  at::Tensor offers = gather_columns(offer, group);  // [rows, 3 t]
+  auto o = offers.accessor<double, 2>();
+  auto lz = log_z.accessor<double, 2>();
+  NextTokens next;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t winner = 0;
+    for (int64_t j = 1; j < offers.size(1) / 3; ++j)
+      if (o[r][3 * j] > o[r][3 * winner]) winner = j;
+    next.tokens.push_back(static_cast<int64_t>(o[r][3 * winner + 1]));
+    next.logprobs.push_back(static_cast<float>(o[r][3 * winner + 2] - lz[r][0]));
+  }
+  return next;
+}
+
+}  // namespace areal
