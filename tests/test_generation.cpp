@@ -210,11 +210,12 @@ TEST_CASE("generation: the rollout's memory estimate and the refusal when it doe
   CHECK(largest_unit_parameters(c) == std::max(layer0, embedding));
   REQUIRE(c.num_key_value_heads % 2 == 0);
   for (int64_t t : {1, 2}) {
-    // weights / t + the unit being sliced (float32 + dtype) + cache / t (rows x tokens x
-    // layers x k,v x kv heads x head dim) + one step's logits of this rank's vocabulary
+    // weights / t + the unit being sliced (float32 + dtype) + cache / t (rows x tokens,
+    // 10 + 20 in blocks of 16 = 32, x layers x k,v x kv heads x head dim) + one step's
+    // logits of this rank's vocabulary
     // columns (dtype) and sampling's work on them (40 bytes per column)
     const int64_t expected = (parameters + t - 1) / t * 4 + std::max(layer0, embedding) * 8 +
-                             8 * (10 + 20) * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) * c.head_dim * 4 +
+                             8 * 32 * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) * c.head_dim * 4 +
                              8 * ((c.vocab_size + t - 1) / t) * (4 + 40);
     CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t) == expected);
   }

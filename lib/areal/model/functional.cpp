@@ -73,37 +73,26 @@ at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::
   }
   q = apply_rotary(q.transpose(1, 2), attention.cos, attention.sin);
   k = apply_rotary(k.transpose(1, 2), attention.cos, attention.sin);
-  at::Tensor attended_keys, attended_values;
-  if (attention.cache_positions.defined()) {  // a preallocated cache: write in place, read a prefix
-    at::Tensor index = attention.cache_positions.view({batch, 1, length, 1}).expand({batch, kv_heads, length, head_dim});
-    keys.scatter_(2, index, k);
-    values.scatter_(2, index, v);
-    attended_keys = keys.narrow(2, 0, attention.cache_length);
-    attended_values = values.narrow(2, 0, attention.cache_length);
-  } else {
-    keys = keys.defined() ? at::cat({keys, k}, 2) : k;
-    values = values.defined() ? at::cat({values, v}, 2) : v;
-    attended_keys = keys;
-    attended_values = values;
-  }
-
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
   // attention reads the shared heads in place (enable_gqa) instead of copies per query head.
   const bool gqa = heads != kv_heads;
   at::Tensor attended;
-  if (attention.sequence_starts.defined()) {  // packed: causal attention inside each sequence only
+  if (attention.cached) {
+    attended = attention.cached(q, k, v);
+  } else if (attention.sequence_starts.defined()) {  // packed: causal attention inside each sequence only
     const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
     std::vector<at::Tensor> parts;
     for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
       const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
-      parts.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, n), attended_keys.narrow(2, begin, n),
-                                                       attended_values.narrow(2, begin, n), {}, 0.0, /*is_causal=*/true,
+      parts.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, n), k.narrow(2, begin, n),
+                                                       v.narrow(2, begin, n), {}, 0.0, /*is_causal=*/true,
                                                        std::nullopt, gqa));
     }
     attended = at::cat(parts, 2);
   } else {
-    attended = at::scaled_dot_product_attention(q, attended_keys, attended_values, attention.mask, 0.0, false,
-                                                std::nullopt, gqa);
+    keys = keys.defined() ? at::cat({keys, k}, 2) : k;
+    values = values.defined() ? at::cat({values, v}, 2) : v;
+    attended = at::scaled_dot_product_attention(q, keys, values, attention.mask, 0.0, false, std::nullopt, gqa);
   }
   at::Tensor attention_out = linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
   if (reduce) reduce(attention_out);

@@ -27,12 +27,10 @@ struct AttentionInputs {
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
   // causally within itself and never across.
   at::Tensor sequence_starts;
-  // Generation with a preallocated cache (rollout/): row b's token t writes its key and
-  // value at position cache_positions[b][t] of the layer's cache [B, kv_heads,
-  // capacity, head_dim], and attention reads the first cache_length positions (the
-  // mask is then [B, 1, T, cache_length]).
-  at::Tensor cache_positions;
-  int64_t cache_length = 0;
+  // Generation (rollout/'s paged KV cache): the cache stores the layer's keys and
+  // values [B, kv_heads, T, head_dim] and returns the attention of the queries
+  // [B, heads, T, head_dim] over the row's cached tokens; keys, values and mask unused.
+  std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> cached;
 };
 
 // Positions count each sequence's real tokens (left padding is skipped over); a query
@@ -52,7 +50,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 using PartialSumReduce = std::function<void(at::Tensor&)>;
 
 // One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's,
-// or, with attention.cache_positions, are a preallocated cache written in place.
+// unless attention.cached keeps them.
 // A linear `name` with weights `name.lora_A.weight` and `name.lora_B.weight` adds
 // lora_scale * B (A x) (LoRA).
 // Tensor parallelism (rollout/): `config` counts this rank's heads, the weights are its

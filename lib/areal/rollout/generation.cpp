@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "areal/model/rotary.h"
+#include "areal/rollout/paged_kv_cache.h"
 #include "areal/util/memory.h"
 #include "areal/util/strings.h"
 
@@ -29,7 +30,8 @@ int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::Scala
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype)), t = tensor_parallel;
   // This rank's slices, plus the unit being sliced (gathered in float32 when LoRA is merged).
   const int64_t weights = (parameters + t - 1) / t * element + largest_unit_parameters(c) * (4 + element);
-  const int64_t cache = rows * (max_prompt + max_new_tokens) * c.num_hidden_layers * 2 *
+  const int64_t block = PagedKvCache::kBlockTokens;
+  const int64_t cache = rows * ((max_prompt + max_new_tokens + block - 1) / block * block) * c.num_hidden_layers * 2 *
                         tensor_parallel_kv_heads(c, t) * c.head_dim * element;
   // A step's logits of this rank's vocabulary columns in dtype, and sampling's float32
   // and float64 work on them (top-p sorts them).
@@ -76,106 +78,49 @@ at::Generator answer_generator(int64_t seed, int64_t step, int64_t prompt, int64
 
 namespace {
 
-// The layers' keys and values for every row of the batch, preallocated for the whole
-// answer ([rows, kv_heads, capacity, head_dim] per layer) and written in place: never
-// grown by concatenation, never copied out per query head. Row b holds its own tokens
-// from position 0 (no left padding); lengths[b] of them are real.
-struct RowCache {
-  std::vector<at::Tensor> keys, values;
-  std::vector<int64_t> lengths;
-
-  RowCache(const RolloutModel& model, int64_t rows, int64_t capacity) : lengths(rows, 0) {
-    const ModelConfig& c = model.config();
-    const at::TensorOptions& options = model.options();
-    // Zeros, not empty: attention gives a masked key weight 0, and 0 x a NaN left in
-    // fresh memory would still be NaN.
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      keys.push_back(at::zeros({rows, model.local_kv_heads(), capacity, c.head_dim}, options));
-      values.push_back(at::zeros({rows, model.local_kv_heads(), capacity, c.head_dim}, options));
-    }
-  }
-  int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
-  int64_t bytes() const {
-    int64_t total = 0;
-    for (size_t i = 0; i < keys.size(); ++i) total += keys[i].nbytes() + values[i].nbytes();
-    return total;
-  }
-
-  // Keeps rows `keep` (in that order), dropping the others: one copy of what stays.
-  void keep_rows(const std::vector<int64_t>& keep) {
-    at::Tensor index = at::tensor(keep, at::kLong).to(keys[0].device());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      keys[i] = keys[i].index_select(0, index);
-      values[i] = values[i].index_select(0, index);
-    }
-    std::vector<int64_t> kept;
-    for (int64_t r : keep) kept.push_back(lengths[r]);
-    lengths = kept;
-  }
-
-  // Rows `rows` take over `fresh`'s rows in order (keys, values, lengths); `fresh` is
-  // no longer than this cache.
-  void put_rows(const std::vector<int64_t>& rows, const RowCache& fresh) {
-    at::Tensor index = at::tensor(rows, at::kLong).to(keys[0].device());
-    const int64_t length = fresh.keys[0].size(2);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      keys[i].narrow(2, 0, length).index_copy_(0, index, fresh.keys[i]);
-      values[i].narrow(2, 0, length).index_copy_(0, index, fresh.values[i]);
-    }
-    for (size_t j = 0; j < rows.size(); ++j) lengths[rows[j]] = fresh.lengths[j];
-  }
-};
-
 // Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
-// the model, appending to the cache at each row's length, and returns the logits of
-// each row's last real token [B, this rank's vocabulary columns]: the head runs on B
+// the model as tokens appended to cache rows `rows`, and returns the logits of each
+// row's last real token [B, this rank's vocabulary columns]: the head runs on B
 // positions only.
-at::Tensor extend(RolloutModel& model, RowCache& cache, const at::Tensor& ids, const std::vector<int64_t>& counts) {
+at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& ids, const std::vector<int64_t>& rows,
+                  const std::vector<int64_t>& counts) {
   const ModelConfig& c = model.config();
   const at::Device device = model.options().device();
-  const int64_t rows = ids.size(0), length = ids.size(1);
-  // Row b's token t sits at position lengths[b] + t (rotary and cache slot alike).
-  at::Tensor start = at::tensor(cache.lengths, at::kLong);
-  at::Tensor positions = (start.view({rows, 1}) + at::arange(length, at::kLong).view({1, length})).to(device);
-  int64_t longest = 0;
-  for (int64_t b = 0; b < rows; ++b) longest = std::max(longest, cache.lengths[b] + counts[b]);
-  // A query attends to the keys up to its own position; its row's padding comes after
-  // its last real token, so no real query sees it.
-  at::Tensor key_index = at::arange(longest, at::kLong).to(device).view({1, 1, 1, longest});
-  at::Tensor mask = key_index <= positions.view({rows, 1, length, 1});
-
+  const int64_t batch = ids.size(0);
+  const CacheStep step = cache.begin(rows, counts, ids.size(1));
   AttentionInputs attention;
   std::tie(attention.cos, attention.sin) =
-      rotary_cos_sin(positions, c.head_dim, c.rope_theta, c10::typeMetaToScalarType(model.options().dtype()));
-  attention.mask = mask;
-  attention.cache_positions = positions;
-  attention.cache_length = longest;
+      rotary_cos_sin(step.positions, c.head_dim, c.rope_theta, c10::typeMetaToScalarType(model.options().dtype()));
   at::Tensor h = model.embed(ids.to(device));
-  for (size_t i = 0; i < cache.keys.size(); ++i) h = model.layer(i, h, attention, cache.keys[i], cache.values[i]);
-  std::vector<int64_t> last(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    last[b] = counts[b] - 1;
-    cache.lengths[b] += counts[b];
+  for (size_t i = 0; i < static_cast<size_t>(c.num_hidden_layers); ++i) {
+    attention.cached = [&cache, &step, i](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return cache.attend(i, step, q, k, v);
+    };
+    h = model.layer(i, h, attention);
   }
-  at::Tensor index = at::tensor(last, at::kLong).to(device).view({rows, 1, 1}).expand({rows, 1, h.size(-1)});
-  at::Tensor final_hidden = h.gather(1, index);
-  return model.local_logits(final_hidden).select(1, 0);
+  std::vector<int64_t> last(batch);
+  for (int64_t b = 0; b < batch; ++b) last[b] = counts[b] - 1;
+  at::Tensor index = at::tensor(last, at::kLong).to(device).view({batch, 1, 1}).expand({batch, 1, h.size(-1)});
+  return model.local_logits(h.gather(1, index)).select(1, 0);
 }
 
-// Prompts `which` right-padded into one prefill of `cache`'s rows (empty so far), in
-// order; returns each one's last logits [rows, this rank's vocabulary columns].
-at::Tensor prefill(RolloutModel& model, RowCache& cache, const std::vector<std::vector<int64_t>>& prompts,
-                   const std::vector<int64_t>& which, int64_t pad_id) {
-  const int64_t rows = static_cast<int64_t>(which.size());
+// Answers `answers` take new rows at the end of the cache, their prompts right-padded
+// into one prefill; returns each one's first logits [rows, this rank's vocabulary
+// columns].
+at::Tensor start_answers(RolloutModel& model, PagedKvCache& cache, const std::vector<std::vector<int64_t>>& prompts,
+                         const std::vector<int64_t>& answers, int64_t pad_id) {
+  const int64_t n = static_cast<int64_t>(answers.size());
   int64_t longest = 0;
-  for (int64_t r : which) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[r].size()));
-  at::Tensor ids = at::full({rows, longest}, pad_id, at::kLong);
-  std::vector<int64_t> counts(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    counts[b] = static_cast<int64_t>(prompts[which[b]].size());
-    ids[b].narrow(0, 0, counts[b]).copy_(at::tensor(prompts[which[b]], at::kLong));
+  for (int64_t a : answers) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[a].size()));
+  at::Tensor ids = at::full({n, longest}, pad_id, at::kLong);
+  std::vector<int64_t> rows(n), counts(n);
+  for (int64_t b = 0; b < n; ++b) {
+    rows[b] = cache.rows() + b;
+    counts[b] = static_cast<int64_t>(prompts[answers[b]].size());
+    ids[b].narrow(0, 0, counts[b]).copy_(at::tensor(prompts[answers[b]], at::kLong));
   }
-  return extend(model, cache, ids, counts);
+  cache.add_rows(n);
+  return extend(model, cache, ids, rows, counts);
 }
 
 }  // namespace
@@ -202,19 +147,23 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
 
   // `batch[i]` is the answer that row i of the cache and of `logits` belongs to. With
   // max_rows, the first max_rows answers start and the others wait for a row.
-  const int64_t rows = p.max_rows > 0 ? std::min(p.max_rows, n) : n;
-  std::vector<int64_t> batch(rows);
-  for (int64_t r = 0; r < rows; ++r) batch[r] = r;
-  int64_t next_waiting = rows;
-  RowCache cache(model, rows, longest + p.max_new_tokens);
-  int64_t most_cache_bytes = cache.bytes();
-  at::Tensor logits = prefill(model, cache, prompts, batch, p.pad_id);
+  const int64_t max_rows = p.max_rows > 0 ? std::min(p.max_rows, n) : n;
+  PagedKvCache cache(model, max_rows, longest + p.max_new_tokens);
+  std::vector<int64_t> batch;
+  int64_t next_waiting = 0;
+  auto start_waiting = [&](int64_t count) {  // the next `count` waiting answers take rows
+    std::vector<int64_t> answers;
+    for (int64_t k = 0; k < count; ++k) answers.push_back(next_waiting++);
+    batch.insert(batch.end(), answers.begin(), answers.end());
+    return start_answers(model, cache, prompts, answers, p.pad_id);
+  };
+  at::Tensor logits = start_waiting(max_rows);
 
-  // Decoding. A finished answer leaves the batch: its row is refilled at once from the
-  // waiting answers (continuous batching); with none waiting, the cache drops finished
-  // rows once a quarter of them are done (one copy of the rest), so the steps shrink
-  // with the batch instead of feeding padding to the end.
-  std::vector<bool> done(n, false), stopped(n, false);
+  // Decoding. A finished answer leaves the batch at once and its blocks go back to the
+  // pool (no other row's cache moves); a waiting answer takes the free row at once
+  // (continuous batching), so the steps shrink with the batch instead of feeding
+  // padding to the end.
+  std::vector<bool> stopped(n, false);
   const VocabSlice vocab{{}, model.vocab_begin(), model.config().vocab_size};
   for (;;) {
     // This rank's vocabulary columns of the step: the step's one wait for the device.
@@ -227,57 +176,36 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
       if (!p.greedy) row_generators.push_back(generators[r]);
     }
     const NextTokens sampled = sample_next(slice, p, row_generators, hold_stop, model.group());
-    at::Tensor next = at::tensor(sampled.tokens, at::kLong);
-    std::vector<int64_t> active, free;  // rows of this batch that go on / whose answer is done
+    std::vector<int64_t> active, active_batch, next;  // rows that go on, their answers and tokens
     for (size_t i = 0; i < batch.size(); ++i) {
       const int64_t r = batch[i], token = sampled.tokens[i];
-      if (!done[r]) {
-        out[r].tokens.push_back(token);
-        out[r].logprobs.push_back(sampled.logprobs[i]);
-        stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
-        done[r] = stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens;
-      }
-      (done[r] ? free : active).push_back(static_cast<int64_t>(i));
+      out[r].tokens.push_back(token);
+      out[r].logprobs.push_back(sampled.logprobs[i]);
+      stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+      if (stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) continue;
+      active.push_back(static_cast<int64_t>(i));
+      active_batch.push_back(r);
+      next.push_back(token);
     }
     if (active.empty() && next_waiting == n) break;
-
-    if (next_waiting == n && 4 * static_cast<int64_t>(active.size()) <= 3 * cache.rows()) {
-      cache.keep_rows(active);
-      std::vector<int64_t> kept_batch;
-      for (int64_t i : active) kept_batch.push_back(batch[i]);
-      batch = kept_batch;
-      next = next.index_select(0, at::tensor(active, at::kLong));
-      free.clear();
+    if (active.size() < batch.size()) cache.keep_rows(active);
+    batch = active_batch;
+    logits = at::Tensor();
+    if (!active.empty()) {
+      std::vector<int64_t> rows(active.size()), ones(active.size(), 1);
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+      logits = extend(model, cache, at::tensor(next, at::kLong).unsqueeze(1), rows, ones);
     }
-    // Rows whose answer is done feed padding at their own length: their cache beyond
-    // the answer is never read (and a refilled row starts over).
-    for (size_t i = 0; i < batch.size(); ++i)
-      if (done[batch[i]]) next[static_cast<int64_t>(i)] = p.pad_id;
-    std::vector<int64_t> ones(batch.size(), 1);
-    logits = active.empty() ? at::zeros({cache.rows(), model.vocab_columns()}, model.options())
-                            : extend(model, cache, next.unsqueeze(1), ones);
-
-    // Refill: waiting answers take the free rows, prefilled together in a cache of
-    // their own and copied in; their first logits replace the rows' decoding ones.
-    std::vector<int64_t> rows_to_fill, answers;
-    for (int64_t i : free) {
-      if (next_waiting == n) break;
-      rows_to_fill.push_back(i);
-      answers.push_back(next_waiting);
-      batch[i] = next_waiting++;
-    }
-    if (!rows_to_fill.empty()) {
-      int64_t fresh_longest = 0;
-      for (int64_t r : answers) fresh_longest = std::max<int64_t>(fresh_longest, static_cast<int64_t>(prompts[r].size()));
-      RowCache fresh(model, static_cast<int64_t>(answers.size()), fresh_longest);
-      most_cache_bytes = std::max(most_cache_bytes, cache.bytes() + fresh.bytes());
-      at::Tensor first_logits = prefill(model, fresh, prompts, answers, p.pad_id);
-      cache.put_rows(rows_to_fill, fresh);
-      logits.index_copy_(0, at::tensor(rows_to_fill, at::kLong).to(logits.device()), first_logits);
+    // Refill: waiting answers take the free rows, prefilled together; their first
+    // logits follow the decoding rows'.
+    const int64_t refill = std::min(max_rows - cache.rows(), n - next_waiting);
+    if (refill > 0) {
+      at::Tensor first = start_waiting(refill);
+      logits = logits.defined() ? at::cat({logits, first}) : first;
     }
   }
   for (int64_t r = 0; r < n; ++r) out[r].truncated = !stopped[r];
-  if (cache_bytes) *cache_bytes = most_cache_bytes;
+  if (cache_bytes) *cache_bytes = cache.bytes();
   return out;
 }
 

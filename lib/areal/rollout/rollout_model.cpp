@@ -131,8 +131,7 @@ at::Tensor RolloutModel::embed(const at::Tensor& ids) {
   return hidden;
 }
 
-at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention, at::Tensor& keys,
-                               at::Tensor& values) {
+at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention) {
   const auto& weights = layers_.at(i);
   auto lookup = [&weights](const std::string& name) {
     auto it = weights.find(name);
@@ -140,7 +139,8 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   };
   PartialSumReduce reduce;
   if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
-  return decoder_layer(local_, lookup, hidden, attention, keys, values, 0.0, reduce);
+  at::Tensor unused_keys, unused_values;  // the cache keeps them
+  return decoder_layer(local_, lookup, hidden, attention, unused_keys, unused_values, 0.0, reduce);
 }
 
 at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {

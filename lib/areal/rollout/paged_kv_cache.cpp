@@ -1,0 +1,125 @@
+#include "areal/rollout/paged_kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "areal/rollout/paged_attention.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+
+PagedKvCache::PagedKvCache(const RolloutModel& model, int64_t rows, int64_t row_capacity)
+    : device_(model.options().device()) {
+  const ModelConfig& c = model.config();
+  const int64_t blocks = rows * ((row_capacity + kBlockTokens - 1) / kBlockTokens);
+  // Empty, not zeros: attention reads only the tokens a row has written.
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    keys_.push_back(at::empty({blocks, kBlockTokens, model.local_kv_heads(), c.head_dim}, model.options()));
+    values_.push_back(at::empty({blocks, kBlockTokens, model.local_kv_heads(), c.head_dim}, model.options()));
+  }
+  for (int64_t b = blocks - 1; b >= 0; --b) free_blocks_.push_back(b);  // block 0 handed out first
+}
+
+int64_t PagedKvCache::bytes() const {
+  int64_t total = 0;
+  for (size_t i = 0; i < keys_.size(); ++i) total += keys_[i].nbytes() + values_[i].nbytes();
+  return total;
+}
+
+void PagedKvCache::add_rows(int64_t n) {
+  tables_.resize(tables_.size() + static_cast<size_t>(n));
+  lengths_.resize(lengths_.size() + static_cast<size_t>(n), 0);
+}
+
+void PagedKvCache::keep_rows(const std::vector<int64_t>& keep) {
+  std::vector<std::vector<int64_t>> tables;
+  std::vector<int64_t> lengths;
+  size_t next = 0;
+  for (size_t r = 0; r < tables_.size(); ++r) {
+    if (next < keep.size() && keep[next] == static_cast<int64_t>(r)) {
+      tables.push_back(std::move(tables_[r]));
+      lengths.push_back(lengths_[r]);
+      ++next;
+    } else {
+      free_blocks_.insert(free_blocks_.end(), tables_[r].rbegin(), tables_[r].rend());
+    }
+  }
+  if (next != keep.size()) throw std::logic_error("PagedKvCache::keep_rows: rows not ascending or out of range");
+  tables_ = std::move(tables);
+  lengths_ = std::move(lengths);
+}
+
+CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts, int64_t width) {
+  CacheStep step;
+  step.rows = rows;
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  step.prefill = std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return lengths_.at(r) == 0; });
+  if (!step.prefill && width != 1)
+    throw std::logic_error("PagedKvCache::begin: a step either prefills empty rows or decodes one token per row");
+
+  at::Tensor positions = at::empty({batch, width}, at::kLong);
+  auto position = positions.accessor<int64_t, 2>();
+  std::vector<int64_t> slots, real;
+  bool all_real = true;
+  size_t most_blocks = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int64_t>& table = tables_.at(rows[b]);
+    const int64_t start = lengths_[rows[b]], end = start + counts[b];
+    while (static_cast<int64_t>(table.size()) * kBlockTokens < end) {
+      if (free_blocks_.empty())
+        throw std::logic_error(cat("PagedKvCache: no free block for row ", rows[b], " at ", end, " tokens"));
+      table.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+    }
+    for (int64_t t = 0; t < width; ++t) {
+      position[b][t] = start + t;
+      if (t >= counts[b]) {
+        all_real = false;
+        continue;
+      }
+      slots.push_back(table[(start + t) / kBlockTokens] * kBlockTokens + (start + t) % kBlockTokens);
+      real.push_back(b * width + t);
+    }
+    lengths_[rows[b]] = end;
+    step.longest = std::max(step.longest, end);
+    most_blocks = std::max(most_blocks, table.size());
+  }
+  step.positions = positions.to(device_);
+  step.write_slots = at::tensor(slots, at::kLong).to(device_);
+  if (!all_real) step.real_tokens = at::tensor(real, at::kLong).to(device_);
+  if (!step.prefill) {
+    std::vector<int64_t> tables(batch * most_blocks, 0), lengths;
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::vector<int64_t>& table = tables_[rows[b]];
+      std::copy(table.begin(), table.end(), tables.begin() + b * static_cast<int64_t>(most_blocks));
+      lengths.push_back(lengths_[rows[b]]);
+    }
+    step.tables = at::tensor(tables, at::kLong).view({batch, static_cast<int64_t>(most_blocks)}).to(device_);
+    step.lengths = at::tensor(lengths, at::kLong).to(device_);
+  }
+  return step;
+}
+
+at::Tensor PagedKvCache::attend(size_t layer, const CacheStep& step, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v) {
+  at::Tensor& key_pool = keys_.at(layer);
+  at::Tensor& value_pool = values_.at(layer);
+  const int64_t kv_heads = key_pool.size(2), dim = key_pool.size(3);
+  // [B, kv_heads, T, dim] -> one row per token, the real ones, into their slots.
+  auto store = [&](at::Tensor& pool, const at::Tensor& x) {
+    at::Tensor tokens = x.transpose(1, 2).reshape({-1, kv_heads, dim});
+    if (step.real_tokens.defined()) tokens = tokens.index_select(0, step.real_tokens);
+    pool.view({-1, kv_heads, dim}).index_copy_(0, step.write_slots, tokens);
+  };
+  store(key_pool, k);
+  store(value_pool, v);
+  const bool gqa = q.size(1) != kv_heads;
+  // A prefill's rows were empty: each query attends to its own row's tokens up to
+  // itself, and a row's padding comes after its real tokens, so no real query sees it.
+  if (step.prefill) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  return paged_decode_attention(q, key_pool, value_pool, step.tables, step.lengths, step.longest);
+}
+
+}  // namespace areal
