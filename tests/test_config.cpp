@@ -327,3 +327,40 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   // Shapes that add up to the world size are separate groups: asynchronous RL, not built yet.
   CHECK_THAT(error_of([&] { shapes("", "", "sglang:d1t2+fsdp:d2", 4); }), Contains("asynchronous RL"));
 }
+
+TEST_CASE("config: AReaL's NormConfig sections: null is off, a section given takes AReaL's defaults",
+          "[config]") {
+  // reward_norm defaults to off (AReaL's null); a section with only a mean level takes
+  // AReaL's default std level (batch); `null` turns adv_norm off; `mean_level: null` is none.
+  Config off = load_config_text("job: init\n", "areal.yaml", {});
+  CHECK(off.actor.reward_norm.mean_level == "none");
+  CHECK(off.actor.reward_norm.std_level == "none");
+  Config cfg = load_config_text(R"(
+actor:
+  reward_norm:
+    mean_level: group
+    group_size: 4
+  adv_norm: null
+)",
+                                "areal.yaml", {});
+  CHECK(cfg.actor.reward_norm.mean_level == "group");
+  CHECK(cfg.actor.reward_norm.std_level == "batch");
+  CHECK(cfg.actor.reward_norm.group_size == 4);
+  CHECK(cfg.actor.adv_norm.mean_level == "none");
+  CHECK(cfg.actor.adv_norm.std_level == "none");
+  Config levels = load_config_text("actor:\n  adv_norm:\n    mean_level: null\n    std_level: group\n", "areal.yaml", {});
+  CHECK(levels.actor.adv_norm.mean_level == "none");
+  CHECK(levels.actor.adv_norm.std_level == "group");
+  // A group level needs groups of the answers to one prompt.
+  cfg.job = "rl";
+  cfg.init_from_scratch = true;
+  cfg.train_dataset.path = "builtin:arithmetic/train";
+  CHECK_THROWS_WITH(validate_config(cfg), Catch::Matchers::Contains("actor.reward_norm.group_size") &&
+                                              Catch::Matchers::Contains("gconfig.n_samples"));
+  cfg.gconfig.n_samples = cfg.actor.group_size = 4;
+  CHECK_NOTHROW(validate_config(cfg));
+  cfg.actor.behav_imp_weight_cap = 5;
+  CHECK_THROWS_WITH(validate_config(cfg), Catch::Matchers::Contains("use_decoupled_loss"));
+  cfg.actor.use_decoupled_loss = true;
+  CHECK_NOTHROW(validate_config(cfg));
+}

@@ -74,8 +74,9 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
                     "cluster.fileroot=" + root.string());
   REQUIRE(warm.exit_code == 0);
   const std::string checkpoint = (root / "demo" / "sft-warmup" / "checkpoint").string();
+  int runs = 0;
   auto first_step = [&](int n, const std::string& extra = "") {
-    const fs::path dir = root / ("n" + std::to_string(n) + (extra.empty() ? "" : "x"));
+    const fs::path dir = root / ("n" + std::to_string(n) + "_" + std::to_string(runs++));
     Result r = run(kMpirun + " -np " + std::to_string(n) + " " + kBin + " --config configs/demo_grpo.yaml --model_path " +
                    checkpoint + " total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path= cluster.fileroot=" +
                    dir.string() + " " + extra);
@@ -91,6 +92,11 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   json recomputed = first_step(2, "actor.recompute_logprob=true");
   for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
     CHECK(recomputed[key].get<double>() == Approx(two[key].get<double>()).epsilon(1e-4).margin(1e-6));
+  // Decoupled PPO on fresh samples: the proximal policy is the behaviour one, every
+  // weight exp(proximal - behaviour) is 1 up to rounding, so it is the same step too.
+  json decoupled = first_step(2, "actor.use_decoupled_loss=true actor.behav_imp_weight_cap=5");
+  for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
+    CHECK(decoupled[key].get<double>() == Approx(recomputed[key].get<double>()).epsilon(1e-4).margin(1e-6));
   // Tensor-parallel generation (both ranks generate the batch together, each holding
   // half of every weight) samples the same answers: the same step.
   json tensor_parallel = first_step(2, "rollout.backend=sglang:d1t2 actor.backend=fsdp:d2");

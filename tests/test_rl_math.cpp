@@ -134,3 +134,47 @@ TEST_CASE("rl: token log-probs and entropy from logits with a temperature", "[rl
   CHECK(tl.logprobs[0][1].item<float>() == Approx(std::log(1.0 / 3)));
   CHECK(tl.entropy[0][1].item<float>() == Approx(std::log(3.0)));
 }
+
+TEST_CASE("rl: reward normalization (AReaL's reward_norm) by group, leave-one-out, off by default",
+          "[rl][advantages]") {
+  // Two prompts of three answers: scores [1, 0, 0] and [1, 1, 1].
+  const at::Tensor scores = t({1, 0, 0, 1, 1, 1});
+  CHECK(at::equal(normalize_rewards(scores, ActorConfig().reward_norm, nullptr), scores));  // AReaL's null
+  NormConfig grpo;  // AReaL's GSM8K GRPO: group mean and group std
+  grpo.mean_level = "group";
+  grpo.std_level = "group";
+  grpo.group_size = 3;
+  // Group 1: mean 1/3, unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3) = 0.57735;
+  // group 2: std 0, so its (zero) deviations stay 0.
+  const float s = std::sqrt(1.0f / 3.0f) + 1e-5f;
+  CHECK(close(normalize_rewards(scores, grpo, nullptr), t({(2.0f / 3) / s, (-1.0f / 3) / s, (-1.0f / 3) / s, 0, 0, 0})));
+  NormConfig rloo = grpo;  // leave-one-out baseline, no std
+  rloo.mean_leave1out = true;
+  rloo.std_level = "none";
+  // Row 0: 1 - mean(0, 0) = 1; rows 1, 2: 0 - mean(1, 0) = -0.5; group 2: 1 - 1 = 0.
+  CHECK(close(normalize_rewards(scores, rloo, nullptr), t({1, -0.5f, -0.5f, 0, 0, 0})));
+  NormConfig batch = grpo;  // the batch: mean 4/6, biased std sqrt(4/6 - (4/6)^2) = 0.4714
+  batch.mean_level = batch.std_level = "batch";
+  batch.std_unbiased = false;
+  const float sd = std::sqrt(4.0f / 6 - 16.0f / 36) + 1e-5f;
+  CHECK(close(normalize_rewards(scores, batch, nullptr),
+              t({(1 - 4.0f / 6) / sd, (-4.0f / 6) / sd, (-4.0f / 6) / sd, (1 - 4.0f / 6) / sd, (1 - 4.0f / 6) / sd,
+                 (1 - 4.0f / 6) / sd})));
+}
+
+TEST_CASE("rl: decoupled PPO weights each token by exp(proximal - behaviour), capped", "[rl][ppo]") {
+  // proximal - behaviour = [0, ln 2, ln 4]: weights 1, 2, 4; the cap 3 drops the third.
+  const at::Tensor behaviour = t({-1.0f, -2.0f, -3.0f});
+  const at::Tensor proximal = behaviour + t({0.0f, std::log(2.0f), std::log(4.0f)});
+  CHECK(close(behaviour_weights(proximal, behaviour, 0), t({1, 2, 4})));
+  CHECK(close(behaviour_weights(proximal, behaviour, 3), t({1, 2, 0})));
+  // The ratio is against the proximal log-probs: logp = proximal + [0.1, -0.5, 0]
+  // with A = [1, -1, 2], eps 0.2: ratios e^0.1 = 1.105 (inside), e^-0.5 = 0.607 (for
+  // A < 0 the clipped term -A * 0.8 = 0.8 is the larger), 1.
+  const at::Tensor logp = proximal + t({0.1f, -0.5f, 0.0f});
+  const PpoTokenLoss pl = ppo_token_loss(logp, proximal, t({1, -1, 2}), 0.2, 0, 0);
+  const at::Tensor loss = pl.loss * behaviour_weights(proximal, behaviour, 3);
+  CHECK(close(loss, t({-std::exp(0.1f) * 1, 0.8f * 2, 0})));
+  // On-policy (proximal = behaviour) the weights are 1: the plain PPO loss.
+  CHECK(close(behaviour_weights(behaviour, behaviour, 3), t({1, 1, 1})));
+}

@@ -44,12 +44,15 @@ struct OptimizerConfig {
   double gradient_clipping = 1.0;
 };
 
+// AReaL's NormConfig. A section given in YAML takes AReaL's defaults (batch, batch);
+// `null` turns it off (both levels none).
 struct NormConfig {
   std::string mean_level = "batch";
   bool mean_leave1out = false;
   std::string std_level = "batch";
   bool std_unbiased = true;
   double eps = 1e-5;
+  int64_t group_size = 1;  // reward_norm's groups (= gconfig.n_samples for a group level)
 };
 
 // AReaL's MicroBatchSpec; only the token budget so far.
@@ -76,12 +79,16 @@ struct ActorConfig {
   double reward_scaling = 1.0;
   double reward_bias = 0.0;
   double reward_clip = 20.0;
+  // AReaL's default is null: no reward normalization.
+  NormConfig reward_norm = {.mean_level = "none", .std_level = "none"};
   NormConfig adv_norm;
   double kl_ctl = 0.1;
   std::string kl_estimator = "k1";
   double discount = 1.0;
   double gae_lambda = 1.0;
   bool recompute_logprob = false;
+  bool use_decoupled_loss = false;
+  double behav_imp_weight_cap = 0.0;  // 0: no cap
 };
 
 // AReaL's InferenceEngineConfig; only the generation shape so far.

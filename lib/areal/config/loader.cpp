@@ -29,6 +29,9 @@ bool is_group(const std::string& prefix) {
   return false;
 }
 
+// A normalization group (AReaL's NormConfig: actor.reward_norm, actor.adv_norm).
+bool is_norm_group(const std::string& name) { return find_option(name + ".mean_level") != nullptr; }
+
 // Walks nested YAML maps, turning `fsdp: {memory_efficient_load: true}` into
 // "fsdp.memory_efficient_load" -> "true" with the position of the value.
 void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& source, Layer& layer) {
@@ -37,6 +40,11 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     const std::string name = prefix.empty() ? key : prefix + "." + key;
     const YAML::Node& value = entry.second;
     const std::string where = mark_of(source, entry.first.Mark());
+    if (value.IsNull() && is_norm_group(name)) {  // AReaL's `reward_norm: null`: no normalization
+      for (const char* level : {".mean_level", ".std_level"})
+        layer[name + level] = RawValue{{"none"}, false, mark_of(source, value.Mark())};
+      continue;
+    }
     if (value.IsMap()) {
       if (!is_group(name)) {
         if (find_option(name))
@@ -45,6 +53,10 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
         throw ConfigError(cat(where, ": unknown group '", name, "'", suggest_option(name)));
       }
       flatten_yaml(value, name, source, layer);
+      // A NormConfig section given takes AReaL's defaults for the levels it leaves out.
+      if (is_norm_group(name))
+        for (const char* level : {".mean_level", ".std_level"})
+          if (!layer.count(name + level)) layer[name + level] = RawValue{{"batch"}, false, where};
       continue;
     }
     if (!find_option(name)) {
@@ -53,6 +65,13 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     }
     RawValue raw;
     raw.origin = mark_of(source, value.Mark());
+    const OptionSpec& spec = *find_option(name);
+    const bool has_none = std::find(spec.choices.begin(), spec.choices.end(), "none") != spec.choices.end();
+    if (value.IsNull() && has_none) {  // AReaL's `mean_level: null`
+      raw.items.push_back("none");
+      layer[name] = raw;
+      continue;
+    }
     if (value.IsNull()) throw ConfigError(cat(where, ": option '", name, "' has no value"));
     if (value.IsSequence()) {
       raw.is_list = true;

@@ -237,6 +237,19 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.reward_scaling).doc("Reward transform: (reward + reward_bias) * reward_scaling, then clipped.").positive(),
       OPTION(actor.reward_bias).doc("Added to every reward before scaling."),
       OPTION(actor.reward_clip).doc("Transformed rewards are clipped to +/- this value.").positive(),
+      OPTION(actor.reward_norm.mean_level).doc("Normalize the transformed rewards before the advantages: subtract "
+                                               "the mean over the `batch`, the `group`, or `none` (AReaL's "
+                                               "reward_norm; the default, none/none, is AReaL's null).")
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.reward_norm.mean_leave1out).doc("Leave the answer itself out of its group's reward mean (RLOO)."),
+      OPTION(actor.reward_norm.std_level).doc("Divide the rewards by their std over the `batch`, the `group`, or "
+                                              "`none`.")
+          .choices({"batch", "group", "none"}),
+      OPTION(actor.reward_norm.std_unbiased).doc("Use the unbiased (n-1) standard deviation of the rewards."),
+      OPTION(actor.reward_norm.eps).doc("Added to the rewards' std before dividing.").positive(),
+      OPTION(actor.reward_norm.group_size).doc("Answers per group for a `group` level; must equal "
+                                               "gconfig.n_samples (the answers to one prompt).")
+          .at_least(1),
       OPTION(actor.adv_norm.mean_level).doc("Subtract the advantage mean over the `batch`, the `group`, or `none`.")
           .choices({"batch", "group", "none"}),
       OPTION(actor.adv_norm.mean_leave1out).doc("Leave the answer itself out of its group mean."),
@@ -249,6 +262,13 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.discount).doc("Reward discount factor.").range(0, 1),
       OPTION(actor.gae_lambda).doc("GAE lambda.").range(0, 1),
       OPTION(actor.recompute_logprob).doc("Recompute behaviour log-probs with the training engine."),
+      OPTION(actor.use_decoupled_loss).doc("Decoupled PPO (AReaL): the ratio is taken against the proximal "
+                                           "log-probs the trainer recomputes before the update, and each token's "
+                                           "loss is weighted by exp(proximal - behaviour). Implies "
+                                           "recompute_logprob."),
+      OPTION(actor.behav_imp_weight_cap).doc("With use_decoupled_loss: tokens whose behaviour importance weight "
+                                             "exceeds this cap are left out of the loss (0: no cap; else > 1).")
+          .at_least(0),
 
       // ---- generation ----
       OPTION(rollout.backend)

@@ -40,6 +40,15 @@ void validate_config(const Config& cfg) {
 
   parse_allocation(cfg);
 
+  const NormConfig& rn = cfg.actor.reward_norm;
+  if ((rn.mean_level == "group" || rn.std_level == "group") && rn.group_size != cfg.gconfig.n_samples)
+    throw ConfigError(cat("option 'actor.reward_norm.group_size' = ", rn.group_size, " must equal 'gconfig.n_samples' = ",
+                          cfg.gconfig.n_samples, " for a group level: the answers to one prompt form one group"));
+  if (cfg.actor.behav_imp_weight_cap != 0.0 && cfg.actor.behav_imp_weight_cap <= 1.0)
+    throw ConfigError(cat("option 'actor.behav_imp_weight_cap' = ", cfg.actor.behav_imp_weight_cap,
+                          ": the cap must be > 1 (or 0: no cap)"));
+  if (cfg.actor.behav_imp_weight_cap != 0.0 && !cfg.actor.use_decoupled_loss)
+    throw ConfigError("option 'actor.behav_imp_weight_cap' needs actor.use_decoupled_loss: true");
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
     throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));
 

@@ -92,4 +92,10 @@ at::Tensor normalize_advantages(const at::Tensor& advantages, const at::Tensor& 
   return out * m;
 }
 
+at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm) {
+  if (norm.mean_level == "none" && norm.std_level == "none") return scores;
+  const at::Tensor column = scores.to(at::kFloat).unsqueeze(1);
+  return normalize_advantages(column, at::ones_like(column), norm, norm.group_size, comm).squeeze(1);
+}
+
 }  // namespace areal

@@ -2,7 +2,8 @@
 //
 // Rows are answers; `group_size` consecutive rows answer the same prompt. Tensors are
 // [rows, T] over the answer tokens, with `mask` 1 on real tokens and 0 on padding.
-//  1. reward -> score: (reward + reward_bias) * reward_scaling, clipped to +/- reward_clip.
+//  1. reward -> score: (reward + reward_bias) * reward_scaling, clipped to +/- reward_clip,
+//     then normalized (actor.reward_norm, the same rule as step 4 on one value per answer).
 //  2. per-token rewards: -kl_ctl * KL_t (when a reference is used) and the score on the
 //     answer's last token.
 //  3. returns: the discounted sum of future rewards with GAE (no critic: values are 0),
@@ -30,6 +31,9 @@ at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const
 // Steps 2 and 3: scores [rows]; kl [rows, T] or undefined (no penalty).
 at::Tensor token_advantages(const at::Tensor& scores, const at::Tensor& kl, const at::Tensor& mask, double kl_ctl,
                             double discount, double gae_lambda);
+
+// Step 1's normalization of the scores [rows] (one value per answer).
+at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm);
 
 // Step 4. `comm` (may be null: this rank's rows are the batch) makes `batch`
 // statistics global; groups never straddle ranks. Collective when comm is given.

@@ -20,6 +20,12 @@ struct PpoTokenLoss {
 PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
                             double eps_clip, double eps_clip_higher, double c_clip);
 
+// Decoupled PPO (AReaL's use_decoupled_loss): the loss above is taken against the
+// proximal log-probs (the trainer's, before the update) and each token's is multiplied
+// by its behaviour importance weight exp(proximal - behaviour), set to 0 where it
+// exceeds `cap` (0: no cap).
+at::Tensor behaviour_weights(const at::Tensor& proximal_logp, const at::Tensor& behaviour_logp, double cap);
+
 // log p(target) and the entropy of each position's distribution, from logits
 // [rows, T, vocab] divided by the temperature; float32 [rows, T] each.
 struct TokenLogprobs {

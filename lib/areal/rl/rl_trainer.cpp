@@ -250,9 +250,18 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
 
     // ---- advantages ----
     auto train_start = Clock::now();
-    if (actor.recompute_logprob)
-      r.old_logp = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb, actor.temperature,
-                                 device);
+    // Decoupled PPO keeps generation's log-probs as the behaviour's and recomputes the
+    // proximal ones; otherwise recompute_logprob replaces them.
+    at::Tensor proximal_logp;
+    if (actor.use_decoupled_loss || actor.recompute_logprob) {
+      at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb,
+                                            actor.temperature, device);
+      (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
+    }
+    const at::Tensor& ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
+    const at::Tensor weights = actor.use_decoupled_loss
+                                   ? behaviour_weights(proximal_logp, r.old_logp, actor.behav_imp_weight_cap)
+                                   : at::Tensor();
     at::Tensor ref_logp, kl;
     if (use_reference) {
       ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, max_tokens_per_mb,
@@ -261,8 +270,9 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     }
     std::vector<double> scores;
     for (double raw : r.rewards) scores.push_back(transform_reward(raw, actor));
-    at::Tensor advantages = token_advantages(at::tensor(scores, at::kFloat), kl, r.loss_mask, actor.kl_ctl,
-                                             actor.discount, actor.gae_lambda);
+    const at::Tensor normalized = normalize_rewards(at::tensor(scores, at::kFloat), actor.reward_norm, &comm);
+    at::Tensor advantages = token_advantages(normalized, kl, r.loss_mask, actor.kl_ctl, actor.discount,
+                                             actor.gae_lambda);
     advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
 
     // ---- PPO minibatch updates ----
@@ -287,9 +297,10 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
         at::Tensor logits = mb.forward(policy);
         const at::Tensor mask = mb.lay_out(r.loss_mask);
         TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
-        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(r.old_logp), mb.lay_out(advantages), actor.eps_clip,
+        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(ratio_base), mb.lay_out(advantages), actor.eps_clip,
                                          actor.eps_clip_higher, actor.c_clip);
-        at::Tensor local = (pl.loss * mask).sum();
+        at::Tensor token_loss = weights.defined() ? pl.loss * mb.lay_out(weights) : pl.loss;
+        at::Tensor local = (token_loss * mask).sum();
         at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
         comm.all_reduce(part, ReduceOp::Sum);
         if (!std::isfinite(part.item<double>())) {
