@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "areal/config/allocation.h"
+#include "areal/config/areal_compat.h"
 #include "areal/config/cli.h"
 #include "areal/config/emit.h"
 #include "areal/config/loader.h"
@@ -32,6 +33,10 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
     cfg = areal::load_config(cli.config_path, cli.overrides);
     areal::log::parse_level(cfg.log.level);
     areal::validate_config(cfg);
+    if (is_rank0 && !cfg.ignored_keys.empty())
+      areal::log::warn(areal::cat("ignoring ", cfg.ignored_keys.size(), " AReaL key(s) that areal-train does "
+                                  "differently (docs/configuration.md): ",
+                                  areal::ignored_keys_summary(cfg.ignored_keys)));
     if (cli.print_config) {
       if (is_rank0) std::cout << areal::config_to_yaml(cfg);
       return areal::kExitOk;

@@ -278,6 +278,8 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'train_dataset.path' is required for job=rl"));
     cfg.train_dataset.path = "builtin:arithmetic/train";
     cfg.gconfig.n_samples = 4;
+    CHECK_NOTHROW(validate_config(cfg));  // batch-level advantages: no groups needed (as AReaL)
+    cfg.actor.adv_norm.mean_level = "group";
     CHECK_THAT(error_of([&] { validate_config(cfg); }),
                Contains("'actor.group_size' = 1 must equal 'gconfig.n_samples' = 4"));
     cfg.actor.group_size = 4;

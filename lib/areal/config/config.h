@@ -120,7 +120,9 @@ struct DatasetConfig {
 };
 
 struct EvaluatorConfig {
-  int64_t freq_steps = 0;  // 0: only before the first and after the last step
+  int64_t freq_epochs = 0;  // 0: none; evaluations come before the first and after the last step
+  int64_t freq_steps = 0;
+  int64_t freq_secs = 0;
 };
 
 struct SaverConfig {
@@ -187,6 +189,10 @@ struct Config {
   RecoverConfig recover;
   StatsLoggerConfig stats_logger;
   LogConfig log;
+
+  // Not options: the AReaL keys of the config file that areal-train read and ignores,
+  // "key: why" (areal_compat.h); main warns once.
+  std::vector<std::string> ignored_keys;
 };
 
 }  // namespace areal

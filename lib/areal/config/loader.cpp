@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "areal/config/areal_compat.h"
 #include "areal/config/schema.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
@@ -17,6 +18,17 @@ namespace {
 
 // Option name -> its raw value, with the later layers replacing the earlier ones.
 using Layer = std::map<std::string, RawValue>;
+
+// The AReaL keys read and ignored (areal_compat.h): key -> its value's text (a
+// scalar's, for ${references} to it) and why it is ignored.
+struct IgnoredKeys {
+  std::map<std::string, std::string> text;
+  std::vector<std::string> notes;  // "key: why", in file order
+  void add(const std::string& key, const YAML::Node& value, const std::string& why) {
+    if (value.IsScalar()) text[key] = value.Scalar();
+    notes.push_back(key + ": " + why);
+  }
+};
 
 std::string mark_of(const std::string& source, const YAML::Mark& mark) {
   return cat(source, ":", mark.line + 1, ":", mark.column + 1);
@@ -34,12 +46,23 @@ bool is_norm_group(const std::string& name) { return find_option(name + ".mean_l
 
 // Walks nested YAML maps, turning `fsdp: {memory_efficient_load: true}` into
 // "fsdp.memory_efficient_load" -> "true" with the position of the value.
-void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& source, Layer& layer) {
+// AReaL's spellings map onto the options (canonical_option_name), AReaL's keys of
+// things areal-train does differently go to `ignored`, and `null` is AReaL's None: the
+// option's default (`none` where that is a choice).
+void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& areal_prefix,
+                  const std::string& source, Layer& layer, IgnoredKeys& ignored) {
   for (const auto& entry : node) {
     const std::string key = entry.first.as<std::string>();
-    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    const std::string written = areal_prefix.empty() ? key : areal_prefix + "." + key;  // as the file spells it
+    const std::string name = canonical_option_name(prefix.empty() ? key : prefix + "." + key);
     const YAML::Node& value = entry.second;
     const std::string where = mark_of(source, entry.first.Mark());
+    if (!find_option(name) && !is_group(name)) {
+      if (std::string why = ignored_areal_key_reason(written); !why.empty()) {
+        ignored.add(written, value, why);
+        continue;
+      }
+    }
     if (value.IsNull() && is_norm_group(name)) {  // AReaL's `reward_norm: null`: no normalization
       for (const char* level : {".mean_level", ".std_level"})
         layer[name + level] = RawValue{{"none"}, false, mark_of(source, value.Mark())};
@@ -52,7 +75,7 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
                                 type_name(find_option(name)->type), " value, not a map"));
         throw ConfigError(cat(where, ": unknown group '", name, "'", suggest_option(name)));
       }
-      flatten_yaml(value, name, source, layer);
+      flatten_yaml(value, name, written, source, layer, ignored);
       // A NormConfig section given takes AReaL's defaults for the levels it leaves out.
       if (is_norm_group(name))
         for (const char* level : {".mean_level", ".std_level"})
@@ -72,8 +95,13 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
       layer[name] = raw;
       continue;
     }
-    if (value.IsNull()) throw ConfigError(cat(where, ": option '", name, "' has no value"));
-    if (value.IsSequence()) {
+    if (value.IsNull() && null_means_default(name)) {  // AReaL's None: unset, the default
+      raw.is_list = spec.type == OptionType::StringList || spec.type == OptionType::IntList;
+      raw.items = spec.items(Config{});
+    } else if (value.IsNull()) {
+      throw ConfigError(cat(where, ": option '", name, "' has no value"));
+    }
+    else if (value.IsSequence()) {
       raw.is_list = true;
       for (const auto& item : value) {
         if (!item.IsScalar())
@@ -86,12 +114,12 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     // yaml-cpp keeps both of two equal keys; the later would win without a word.
     if (auto first = layer.find(name); first != layer.end())
       throw ConfigError(cat(where, ": option '", name, "' is set twice in this file (first at ",
-                            first->second.origin, ")"));
+                            first->second.origin, written == name ? ")" : cat("; here spelled '", written, "')")));
     layer[name] = raw;
   }
 }
 
-Layer read_yaml(const std::string& text, const std::string& source) {
+Layer read_yaml(const std::string& text, const std::string& source, IgnoredKeys& ignored) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -101,7 +129,7 @@ Layer read_yaml(const std::string& text, const std::string& source) {
   Layer layer;
   if (root.IsNull()) return layer;  // an empty file
   if (!root.IsMap()) throw ConfigError(cat(source, ": the top level must be a map of options"));
-  flatten_yaml(root, "", source, layer);
+  flatten_yaml(root, "", "", source, layer, ignored);
   return layer;
 }
 
@@ -126,7 +154,7 @@ RawValue raw_from_cli(const OptionSpec& spec, const std::string& value) {
 
 class Resolver {
  public:
-  explicit Resolver(Layer& layer) : layer_(layer) {}
+  Resolver(Layer& layer, const IgnoredKeys& ignored) : layer_(layer), ignored_(ignored) {}
 
   void resolve_all() {
     for (auto& [name, raw] : layer_) resolve(name);
@@ -134,8 +162,10 @@ class Resolver {
 
  private:
   // The final text of a scalar option, resolving its own references first.
-  std::string scalar_text(const std::string& name, const std::string& referrer, const std::string& origin) {
+  std::string scalar_text(const std::string& written, const std::string& referrer, const std::string& origin) {
+    const std::string name = canonical_option_name(written);
     const OptionSpec* spec = find_option(name);
+    if (auto it = ignored_.text.find(written); !spec && it != ignored_.text.end()) return it->second;
     if (!spec)
       throw ConfigError(cat(origin, ": option '", referrer, "' refers to ${", name, "}, which is not an option",
                             suggest_option(name)));
@@ -178,21 +208,28 @@ class Resolver {
   }
 
   Layer& layer_;
+  const IgnoredKeys& ignored_;
   std::vector<std::string> stack_;
   std::set<std::string> done_;
 };
 
-Config build(Layer layer, const std::vector<Override>& overrides) {
+Config build(Layer layer, IgnoredKeys ignored, const std::vector<Override>& overrides) {
   for (const auto& o : overrides) {
-    const OptionSpec* spec = find_option(o.key);
+    const std::string name = canonical_option_name(o.key);
+    const OptionSpec* spec = find_option(name);
     if (!spec) {
+      if (std::string why = ignored_areal_key_reason(o.key); !why.empty()) {
+        ignored.add(o.key, YAML::Node(o.value), why);
+        continue;
+      }
       std::string what = is_group(o.key) ? "is a group, not an option" : "is not an option";
       throw ConfigError(cat("command line: '", o.key, "' ", what, suggest_option(o.key)));
     }
-    layer[o.key] = raw_from_cli(*spec, o.value);
+    layer[name] = raw_from_cli(*spec, o.value);
   }
-  Resolver(layer).resolve_all();
+  Resolver(layer, ignored).resolve_all();
   Config cfg;
+  cfg.ignored_keys = ignored.notes;
   for (const auto& spec : option_schema()) {
     auto it = layer.find(spec.name);
     if (it != layer.end()) spec.assign(cfg, it->second);
@@ -204,11 +241,13 @@ Config build(Layer layer, const std::vector<Override>& overrides) {
 
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<Override>& overrides) {
-  return build(read_yaml(yaml_text, source_name), overrides);
+  IgnoredKeys ignored;
+  Layer layer = read_yaml(yaml_text, source_name, ignored);
+  return build(std::move(layer), std::move(ignored), overrides);
 }
 
 Config load_config(const std::string& yaml_path, const std::vector<Override>& overrides) {
-  if (yaml_path.empty()) return build({}, overrides);
+  if (yaml_path.empty()) return build({}, {}, overrides);
   std::ifstream file(yaml_path);
   if (!std::filesystem::is_regular_file(yaml_path) || !file)
     throw ConfigError(cat("--config: cannot read config file '", yaml_path, "'",

@@ -293,7 +293,9 @@ std::vector<OptionSpec> declare_options() {
 
       // ---- data ----
       OPTION(train_dataset.path).doc("Training data: a JSONL file, or `builtin:<task>` for a generated task."),
-      OPTION(train_dataset.type).doc("Dataset kind.").choices({"rl"}),
+      OPTION(train_dataset.type).doc("Dataset kind, as AReaL names it: `rl` (prompts and reference answers, "
+                                     "job=rl) or `sft` (texts or prompt/answer pairs, job=sft).")
+          .choices({"rl", "sft"}),
       OPTION(train_dataset.batch_size).doc("Prompts per rollout batch (over all ranks).").at_least(1),
       OPTION(train_dataset.shuffle).doc("Shuffle the prompts every epoch (seeded)."),
       OPTION(train_dataset.drop_last).doc("Drop the last incomplete batch of an epoch."),
@@ -302,7 +304,7 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.answer_key).doc("JSONL field holding the reference answer (job=rl)."),
       OPTION(valid_dataset.path).doc("Held-out prompts for greedy evaluation (job=rl): JSONL or `builtin:<task>` "
                                      "(empty: no evaluation)."),
-      OPTION(valid_dataset.type).doc("Dataset kind.").choices({"rl"}),
+      OPTION(valid_dataset.type).doc("Dataset kind (`rl`: held-out prompts and reference answers).").choices({"rl"}),
       OPTION(valid_dataset.batch_size).doc("Answers generated at once per rank during evaluation.").at_least(1),
       OPTION(valid_dataset.shuffle).doc("Unused for evaluation (every prompt is evaluated once)."),
       OPTION(valid_dataset.drop_last).doc("Unused for evaluation (every prompt is evaluated once)."),
@@ -310,6 +312,10 @@ std::vector<OptionSpec> declare_options() {
           .at_least(0),
       OPTION(valid_dataset.prompt_key).doc("JSONL field holding the held-out prompt."),
       OPTION(valid_dataset.answer_key).doc("JSONL field holding the held-out reference answer."),
+      OPTION(evaluator.freq_epochs).doc("Evaluate on valid_dataset at the end of every N epochs, besides before the "
+                                        "first and after the last step (0: never).").at_least(0),
+      OPTION(evaluator.freq_secs).doc("Evaluate on valid_dataset when N seconds have passed since the last "
+                                      "evaluation (checked after each step; 0: never).").at_least(0),
       OPTION(evaluator.freq_steps).doc("Evaluate on valid_dataset every N steps, besides before the first and "
                                        "after the last step (0: only those two).").at_least(0),
 

@@ -8,18 +8,54 @@
 #include "areal/util/strings.h"
 
 namespace areal {
+namespace {
+
+// "openai/gsm8k", "Qwen/Qwen2.5-0.5B": a name on the Hugging Face hub, which
+// areal-train does not download.
+bool looks_like_hub_id(const std::string& path) {
+  const size_t slash = path.find('/');
+  return slash != std::string::npos && slash > 0 && path.find('/', slash + 1) == std::string::npos &&
+         path[0] != '.' && path[0] != '~' && path.find(':') == std::string::npos &&
+         path.find(".json") == std::string::npos;
+}
+
+std::string hub_hint(const std::string& path, const std::string& repo_type) {
+  if (!looks_like_hub_id(path)) return "";
+  return cat(" ('", path, "' looks like a Hugging Face hub id: areal-train reads local files only; download it "
+             "first, e.g. `huggingface-cli download", repo_type, " ", path, " --local-dir /data/", path,
+             "`, and give that directory", repo_type.empty() ? "" : " converted to JSONL (docs/rl.md)", ")");
+}
+
+// A path that does not exist and names something on the hub is refused here, with how
+// to fetch it; other missing files are refused by their readers, before the load too.
+void check_not_hub_id(const std::string& option, const std::string& path, const std::string& repo_type) {
+  if (path.empty() || path.rfind("builtin:", 0) == 0 || std::filesystem::exists(path) || !looks_like_hub_id(path))
+    return;
+  throw ConfigError(cat("option '", option, "': '", path, "' does not exist", hub_hint(path, repo_type)));
+}
+
+}  // namespace
 
 void validate_config(const Config& cfg) {
   if (cfg.job == "rl") {
     if (cfg.train_dataset.path.empty())
       throw ConfigError("option 'train_dataset.path' is required for job=rl (a JSONL file of prompts and answers, "
                         "or builtin:arithmetic/train)");
-    if (cfg.actor.group_size != cfg.gconfig.n_samples)
+    const NormConfig& an = cfg.actor.adv_norm;
+    if ((an.mean_level == "group" || an.std_level == "group") && cfg.actor.group_size != cfg.gconfig.n_samples)
       throw ConfigError(cat("option 'actor.group_size' = ", cfg.actor.group_size, " must equal 'gconfig.n_samples' = ",
-                            cfg.gconfig.n_samples, ": the answers to one prompt form one group"));
+                            cfg.gconfig.n_samples, " for a group level of actor.adv_norm: the answers to one prompt "
+                            "form one group"));
     if (cfg.gconfig.min_new_tokens > cfg.gconfig.max_new_tokens)
       throw ConfigError(cat("option 'gconfig.min_new_tokens' = ", cfg.gconfig.min_new_tokens,
                             " is more than 'gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens));
+  }
+  if (cfg.job == "rl" && cfg.train_dataset.type == "sft")
+    throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
+  if (cfg.job == "rl" || cfg.job == "sft") {
+    check_not_hub_id("train_dataset.path", cfg.train_dataset.path, " --repo-type dataset");
+    if (cfg.job == "rl") check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
+    check_not_hub_id("tokenizer_path", cfg.tokenizer_path, "");
   }
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
@@ -35,7 +71,7 @@ void validate_config(const Config& cfg) {
       throw ConfigError("option 'model_path' is required (a Hugging Face checkpoint directory), "
                         "unless init_from_scratch=true");
     if (!std::filesystem::exists(cfg.model_path))
-      throw ConfigError(cat("option 'model_path': '", cfg.model_path, "' does not exist"));
+      throw ConfigError(cat("option 'model_path': '", cfg.model_path, "' does not exist", hub_hint(cfg.model_path, "")));
   }
 
   parse_allocation(cfg);

@@ -186,9 +186,24 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   StatsLogger stats(cfg, me.rank, resumed ? resumed->steps_done : -1);
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
   RlSummary summary;
+  auto last_eval = Clock::now();
+  // evaluator.freq_*: after `steps_done` steps. Clocks differ between ranks: for
+  // freq_secs they decide together.
+  auto evaluation_due = [&](int64_t steps_done) {
+    const EvaluatorConfig& e = cfg.evaluator;
+    bool due = (e.freq_steps > 0 && steps_done % e.freq_steps == 0) ||
+               (e.freq_epochs > 0 && steps_done % (e.freq_epochs * schedule.steps_per_epoch) == 0);
+    if (e.freq_secs > 0) {
+      at::Tensor flag = at::tensor({seconds_since(last_eval) >= static_cast<double>(e.freq_secs) ? 1.0 : 0.0}, at::kDouble);
+      comm.all_reduce(flag, ReduceOp::Max);
+      due = due || flag.item<double>() > 0;
+    }
+    return due;
+  };
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
     auto start = Clock::now();
+    last_eval = start;
     double accuracy = evaluate(*valid, policy, comm, group, me, sampling, tokenizer, reward,
                                cfg.valid_dataset.batch_size);
     log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
@@ -402,7 +417,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
     Stats logged = row;
     const bool last = step + 1 == total_steps;
-    if (valid && cfg.evaluator.freq_steps > 0 && (step + 1) % cfg.evaluator.freq_steps == 0 && !last)
+    if (valid && !last && evaluation_due(step + 1))
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
     stats.log(step + 1, logged);
     saver.after_step(step + 1, last, policy);

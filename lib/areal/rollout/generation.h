@@ -42,9 +42,9 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 
 // One answer per prompt (repeat a prompt for several samples), in one batch of at most
 // params.max_rows rows: one prefill of the right-padded prompts, then token by token
-// with a preallocated cache; a finished answer's row goes to a waiting prompt, or
-// leaves the batch when none waits (docs/rl.md). Row r samples on the CPU with
-// generators[r], so an answer depends on its row's seed, not on the device, the batch
+// with a paged KV cache (paged_kv_cache.h); a finished answer leaves the batch at once
+// and a waiting prompt takes its row (docs/rl.md). Row r samples with generators[r]
+// (sampling.h), so an answer depends on its row's seed, not on the device, the batch
 // it shares or the ranks that generate it. Collective over the model's tensor-parallel
 // group: its ranks pass the same prompts and get the same answers.
 // `cache_bytes`, when given, receives the most bytes of KV cache this rank held at once.

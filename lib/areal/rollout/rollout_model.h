@@ -6,7 +6,8 @@
 //     ranks); 1/t of the MLP: gate/up by output rows, down_proj by input columns
 //     (Megatron's column- and row-parallel pairs; one all-reduce after each pair);
 //   - 1/t of the vocabulary, for the embedding (a rank looks up the ids it holds and
-//     an all-reduce sums the rows) and the head (an all-gather joins the logits);
+//     an all-reduce sums the rows) and the head (each rank keeps its columns of the
+//     logits; sampling agrees on the token without joining them, sampling.h);
 //   - the norms whole (a few KiB).
 // So a rank holds weights/t and a KV cache for its kv_heads/t. The slices come straight
 // from the FSDP shards, one unit at a time: at most one unit is whole on a rank beyond

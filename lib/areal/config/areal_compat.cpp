@@ -1,0 +1,130 @@
+#include "areal/config/areal_compat.h"
+
+#include <algorithm>
+
+#include "areal/util/strings.h"
+
+namespace areal {
+
+const std::vector<OptionAlias>& option_aliases() {
+  // AReaL nests these under the actor's engine config; areal-train has one model and
+  // one optimizer, declared at the top.
+  static const std::vector<OptionAlias> aliases = {
+      {"actor.path", "model_path"},
+      {"actor.init_from_scratch", "init_from_scratch"},
+      {"actor.optimizer.", "optimizer."},
+      {"actor.fsdp.", "fsdp."},
+  };
+  return aliases;
+}
+
+const std::vector<IgnoredKey>& ignored_areal_keys() {
+  const std::string same_name = "areal-train takes it from the top level (experiment_name, trial_name, cluster.fileroot)";
+  const std::string servers = "generation runs in areal-train's own engine (rollout.backend), not in an inference server";
+  const std::string launch = "mpirun or srun starts the ranks; they meet through MPI";
+  const std::string sync =
+      "the synchronous loop generates every batch with the current weights (staleness 0, within any bound), "
+      "one batch of train_dataset.batch_size prompts at a time";
+  static const std::vector<IgnoredKey> keys = {
+      {"*.experiment_name", same_name},
+      {"*.trial_name", same_name},
+      {"*.fileroot", same_name},
+      {"enable_offload", "areal-train keeps the sharded training state in place while it generates"},
+      {"sglang.", servers},
+      {"vllm.", servers},
+      {"launcher.", launch},
+      {"scheduler.", launch},
+      {"cluster.n_nodes", launch},
+      {"cluster.n_gpus_per_node", launch},
+      {"cluster.cluster_name", launch},
+      {"cluster.name_resolve.", launch},
+      {"actor.scheduling_spec", launch},
+      {"rollout.scheduling_spec", launch},
+      {"ref.", "the KL reference is the initial policy (actor.path, or the base model with LoRA)"},
+      {"actor.disable_dropout", "the models have no dropout"},
+      {"actor.attn_impl", "attention is areal-train's own"},
+      {"actor.weight_update_mode", "the rollout takes the new weights straight from the FSDP shards"},
+      {"actor.max_new_tokens", "gconfig.max_new_tokens decides"},
+      {"actor.peft_type", "LoRA is the one adapter type (actor.use_lora)"},
+      {"actor.mb_spec.n_mbs", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
+      {"actor.mb_spec.granularity", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
+      {"actor.mb_spec.n_mbs_divisor", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
+      {"rollout.max_concurrent_rollouts", sync},
+      {"rollout.queue_size", sync},
+      {"rollout.consumer_batch_size", sync},
+      {"rollout.max_head_offpolicyness", sync},
+      {"rollout.tokenizer_path", "the rollout uses tokenizer_path"},
+      {"rollout.dump_to_file", "answers are not dumped; stats.jsonl has each step's figures"},
+      {"rollout.enable_rollout_tracing", "no request tracing (no requests: generation is in-process)"},
+      {"rollout.check_trajectory_format", "no custom workflows"},
+      {"rollout.setup_timeout", "no servers to wait for"},
+      {"rollout.request_timeout", "no requests: generation is in-process"},
+      {"rollout.request_retries", "no requests: generation is in-process"},
+      {"rollout.schedule_policy", "no servers to schedule requests over"},
+      {"rollout.pause_grace_period", "no servers to pause"},
+      {"train_dataset.pin_memory", "data is read in-process"},
+      {"train_dataset.num_workers", "data is read in-process"},
+      {"valid_dataset.pin_memory", "data is read in-process"},
+      {"valid_dataset.num_workers", "data is read in-process"},
+      {"stats_logger.wandb.", "no Weights & Biases; stats go to stats.jsonl and TensorBoard"},
+      {"stats_logger.swanlab.", "no SwanLab; stats go to stats.jsonl and TensorBoard"},
+      {"perf_tracer.", "no perf tracer; stats.jsonl has each step's rollout and train seconds"},
+  };
+  return keys;
+}
+
+bool null_means_default(const std::string& option) {
+  static const std::vector<std::string> nullable = {
+      "total_train_steps", "saver.freq_epochs", "saver.freq_steps", "saver.freq_secs", "recover.freq_epochs",
+      "recover.freq_steps", "recover.freq_secs", "evaluator.freq_epochs", "evaluator.freq_steps",
+      "evaluator.freq_secs", "train_dataset.max_length", "valid_dataset.max_length", "actor.eps_clip_higher",
+      "actor.c_clip", "actor.behav_imp_weight_cap", "actor.mb_spec.max_tokens_per_mb", "stats_logger.tensorboard.path",
+      "rollout.max_running_requests"};
+  return std::find(nullable.begin(), nullable.end(), option) != nullable.end();
+}
+
+std::string ignored_keys_summary(const std::vector<std::string>& notes) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;  // in order of first use
+  for (const std::string& note : notes) {
+    const size_t colon = note.find(": ");
+    const std::string key = note.substr(0, colon), why = colon == std::string::npos ? "" : note.substr(colon + 2);
+    auto it = std::find_if(by_reason.begin(), by_reason.end(), [&](const auto& r) { return r.first == why; });
+    if (it == by_reason.end()) by_reason.push_back({why, {key}});
+    else it->second.push_back(key);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [why, keys] : by_reason) parts.push_back(cat(join(keys, ", "), " (", why, ")"));
+  return join(parts, "; ");
+}
+
+std::string canonical_option_name(const std::string& name) {
+  for (const OptionAlias& a : option_aliases()) {
+    if (a.areal_name.back() == '.') {
+      const std::string group = a.areal_name.substr(0, a.areal_name.size() - 1);
+      if (name == group) return a.option.substr(0, a.option.size() - 1);
+      if (starts_with(name, a.areal_name)) return a.option + name.substr(a.areal_name.size());
+    } else if (name == a.areal_name) {
+      return a.option;
+    }
+  }
+  return name;
+}
+
+std::string ignored_areal_key_reason(const std::string& name) {
+  for (const IgnoredKey& k : ignored_areal_keys()) {
+    const std::string& p = k.pattern;
+    bool match = false;
+    if (starts_with(p, "*.")) {  // one section, then the leaf
+      const size_t dot = name.find('.');
+      match = dot != std::string::npos && name.substr(dot + 1) == p.substr(2);
+    } else if (p.back() == '.') {
+      match = starts_with(name, p) || name == p.substr(0, p.size() - 1);
+    } else {
+      match = name == p;
+    }
+    if (match) return k.reason;
+  }
+  return "";
+}
+
+}  // namespace areal

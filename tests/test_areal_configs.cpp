@@ -1,0 +1,132 @@
+// AReaL's own config files: tests/fixtures/areal/gsm8k_grpo.yaml is AReaL's GSM8K GRPO
+// example key for key (pointed at the test model). It loads as written, means what
+// AReaL means, warns once about what areal-train does differently, and runs.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "areal/config/areal_compat.h"
+#include "areal/config/loader.h"
+#include "areal/config/validate.h"
+#include "areal/util/error.h"
+#include "jsonl_rows.h"
+#include "run_binary.h"
+
+namespace fs = std::filesystem;
+using namespace areal;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kGrpo = "tests/fixtures/areal/gsm8k_grpo.yaml";
+
+std::string text_of(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool ignored(const Config& cfg, const std::string& key) {
+  for (const std::string& note : cfg.ignored_keys)
+    if (note.rfind(key + ":", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("AReaL configs: the GSM8K GRPO example loads as written, with AReaL's meaning", "[config][areal]") {
+  const fs::path previous = fs::current_path();
+  fs::current_path(AREAL_SOURCE_DIR);
+  Config cfg = load_config(kGrpo, {});
+  CHECK_NOTHROW(validate_config(cfg));
+  fs::current_path(previous);
+  // Aliases: actor.path, actor.optimizer.*; ${actor.path} resolves through them.
+  CHECK(cfg.model_path == "tests/fixtures/models/tiny_chat");
+  CHECK(cfg.tokenizer_path == "tests/fixtures/models/tiny_chat");
+  CHECK(cfg.optimizer.lr == Approx(1.7e-5));
+  CHECK(cfg.optimizer.weight_decay == Approx(0.017));
+  CHECK(cfg.optimizer.eps == Approx(1e-8));
+  // GRPO as AReaL means it: group-normalized rewards, batch-normalized advantages,
+  // the decoupled loss with its cap.
+  CHECK(cfg.actor.reward_norm.mean_level == "group");
+  CHECK(cfg.actor.reward_norm.std_level == "group");
+  CHECK(cfg.actor.reward_norm.group_size == 2);
+  CHECK(cfg.actor.adv_norm.mean_level == "batch");
+  CHECK(cfg.actor.use_decoupled_loss);
+  CHECK(cfg.actor.behav_imp_weight_cap == 5.0);
+  CHECK(cfg.actor.gradient_checkpointing);
+  CHECK(cfg.actor.mb_spec.max_tokens_per_mb == 10240);
+  // null is AReaL's None: unset.
+  CHECK(cfg.saver.freq_steps == 0);
+  CHECK(cfg.saver.freq_epochs == 1);
+  CHECK(cfg.evaluator.freq_epochs == 1);
+  CHECK(cfg.recover.freq_secs == 3600);
+  // What areal-train does differently is read and listed, not used.
+  for (const char* key : {"enable_offload", "cluster.n_nodes", "cluster.name_resolve", "scheduler", "rollout.queue_size",
+                          "rollout.max_head_offpolicyness", "rollout.experiment_name", "actor.weight_update_mode",
+                          "actor.scheduling_spec", "ref", "sglang", "vllm", "train_dataset.num_workers",
+                          "stats_logger.wandb", "perf_tracer", "saver.fileroot"}) {
+    INFO(key);
+    CHECK(ignored(cfg, key));
+  }
+  // The warning's line: the keys of one reason together.
+  CHECK_THAT(ignored_keys_summary({"a: why 1", "b: why 2", "c: why 1"}), Contains("a, c (why 1); b (why 2)"));
+  // Options are never listed as ignored.
+  CHECK_FALSE(ignored(cfg, "actor.path"));
+  CHECK_FALSE(ignored(cfg, "actor.optimizer"));
+}
+
+TEST_CASE("AReaL configs: spellings, hub ids and unknown keys", "[config][areal]") {
+  // Both spellings of one option: refused, naming both places.
+  CHECK_THROWS_WITH(load_config_text("model_path: /a\nactor:\n  path: /b\n", "both.yaml", {}),
+                    Contains("'model_path' is set twice") && Contains("spelled 'actor.path'"));
+  // AReaL's spelling on the command line, and an ignored key there.
+  Config cli = load_config_text("", "empty.yaml", {{"actor.fsdp.memory_efficient_load", "true"}, {"sglang.dtype", "x"}});
+  CHECK(cli.fsdp.memory_efficient_load);
+  CHECK(ignored(cli, "sglang.dtype"));
+  // An unknown key stays an error with a suggestion.
+  CHECK_THROWS_WITH(load_config_text("actor:\n  eps_clipp: 0.2\n", "typo.yaml", {}), Contains("eps_clip"));
+  // null where AReaL's type is not Optional is still an error.
+  CHECK_THROWS_WITH(load_config_text("seed:\n", "seed.yaml", {}), Contains("'seed' has no value"));
+  // A hub id instead of a local path: what to do about it, before anything loads.
+  Config hub = load_config_text("job: rl\ntrain_dataset:\n  path: openai/gsm8k\nactor:\n  path: Qwen/Qwen2.5-0.5B\n",
+                                "hub.yaml", {});
+  CHECK_THROWS_WITH(validate_config(hub), Contains("openai/gsm8k") && Contains("Hugging Face hub id") &&
+                                              Contains("--repo-type dataset"));
+  hub.train_dataset.path = AREAL_SOURCE_DIR "/configs/data/gsm8k_smoke.jsonl";
+  CHECK_THROWS_WITH(validate_config(hub), Contains("Qwen/Qwen2.5-0.5B") && Contains("Hugging Face hub id") &&
+                                              Contains("huggingface-cli download"));
+}
+
+TEST_CASE("AReaL configs: docs/configuration.md lists every alias and every ignored key", "[config][areal][docs]") {
+  const std::string docs = text_of(AREAL_SOURCE_DIR "/docs/configuration.md");
+  for (const OptionAlias& a : option_aliases()) {
+    INFO(a.areal_name);
+    CHECK_THAT(docs, Contains("`" + a.areal_name + "`") && Contains("`" + a.option + "`"));
+  }
+  for (const IgnoredKey& k : ignored_areal_keys()) {
+    INFO(k.pattern);
+    CHECK_THAT(docs, Contains("`" + k.pattern + "`"));
+  }
+}
+
+TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np 2", "[config][areal][binary][mpi]") {
+  const fs::path root = fs::temp_directory_path() / ("areal_areal_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config " + kGrpo +
+                 " cluster.fileroot=" + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // One warning, from rank 0, listing what is ignored.
+  const std::string warning = "AReaL key(s) that areal-train does differently";
+  CHECK(r.output.find(warning) != std::string::npos);
+  CHECK(r.output.find(warning) == r.output.rfind(warning));
+  std::vector<nlohmann::json> rows = read_jsonl(root / "gsm8k-grpo" / "trial0" / "stats.jsonl");
+  int steps = 0;
+  for (const auto& row : rows) steps += row.contains("loss");
+  CHECK(steps == 2);
+  fs::remove_all(root);
+}
