@@ -53,7 +53,6 @@ void PagedKvCache::keep_rows(const std::vector<int64_t>& keep) {
 
 CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts, int64_t width) {
   CacheStep step;
-  step.rows = rows;
   const int64_t batch = static_cast<int64_t>(rows.size());
   step.prefill = std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return lengths_.at(r) == 0; });
   if (!step.prefill && width != 1)

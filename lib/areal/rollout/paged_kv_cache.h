@@ -17,10 +17,9 @@
 
 namespace areal {
 
-// One forward's place in the cache: which rows it extends and by how much, where each
-// new token's key and value go, and what decoding attention reads.
+// One forward's place in the cache: each token's position, where each new token's key
+// and value go, and what decoding attention reads.
 struct CacheStep {
-  std::vector<int64_t> rows;  // the cache row of each of the forward's batch rows
   at::Tensor positions;       // [B, T] each token's position in its row (rotary), on the device
   at::Tensor write_slots;     // [real tokens] pool slot (block * kBlockTokens + offset) of each
   at::Tensor real_tokens;     // [real tokens] index b * T + t of each in the step; undefined: all real
