@@ -19,21 +19,27 @@ std::string periodic_save_name(int64_t epoch, int64_t epoch_step, int64_t global
   return cat("epoch", epoch, "epochstep", epoch_step, "globalstep", global_step);
 }
 
+bool periodic_due(int64_t steps_done, int64_t steps_per_epoch, int64_t freq_steps, int64_t freq_epochs,
+                  int64_t freq_secs, std::chrono::steady_clock::time_point last, Communicator& comm) {
+  bool due = (freq_steps > 0 && steps_done % freq_steps == 0) ||
+             (freq_epochs > 0 && steps_done % (freq_epochs * steps_per_epoch) == 0);
+  if (freq_secs > 0) {
+    const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+    at::Tensor flag = at::tensor({since >= static_cast<double>(freq_secs) ? 1.0 : 0.0}, at::kDouble);
+    comm.all_reduce(flag, ReduceOp::Max);
+    due = due || flag.item<double>() > 0;
+  }
+  return due;
+}
+
 PeriodicSaver::PeriodicSaver(const Config& cfg, int64_t steps_per_epoch, Communicator& comm)
     : cfg_(cfg), steps_per_epoch_(steps_per_epoch), comm_(comm), last_save_(std::chrono::steady_clock::now()) {}
 
 std::string PeriodicSaver::after_step(int64_t steps_done, bool last, const Policy& policy) {
   const SaverConfig& sc = cfg_.saver;
   if (last) return "";
-  bool due = (sc.freq_steps > 0 && steps_done % sc.freq_steps == 0) ||
-             (sc.freq_epochs > 0 && steps_done % (sc.freq_epochs * steps_per_epoch_) == 0);
-  if (sc.freq_secs > 0) {  // clocks differ between ranks: they decide together
-    const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count();
-    at::Tensor flag = at::tensor({since >= static_cast<double>(sc.freq_secs) ? 1.0 : 0.0}, at::kDouble);
-    comm_.all_reduce(flag, ReduceOp::Max);
-    due = due || flag.item<double>() > 0;
-  }
-  if (!due) return "";
+  if (!periodic_due(steps_done, steps_per_epoch_, sc.freq_steps, sc.freq_epochs, sc.freq_secs, last_save_, comm_))
+    return "";
   const int64_t index = steps_done - 1;
   const fs::path root = fs::path(run_dir(cfg_)) / "checkpoints";
   const std::string dir =

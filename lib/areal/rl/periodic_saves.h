@@ -21,6 +21,14 @@ namespace areal {
 
 std::string periodic_save_name(int64_t epoch, int64_t epoch_step, int64_t global_step);
 
+// AReaL's freq_steps / freq_epochs / freq_secs rule (saver, evaluator): due after step
+// `steps_done` (from 1) when it is a multiple of freq_steps or ends every freq_epochs-th
+// epoch, or freq_secs have passed since `last`. Each 0 is off. Clocks differ between
+// ranks: with freq_secs they decide together (one small all-reduce), so it is
+// collective then.
+bool periodic_due(int64_t steps_done, int64_t steps_per_epoch, int64_t freq_steps, int64_t freq_epochs,
+                  int64_t freq_secs, std::chrono::steady_clock::time_point last, Communicator& comm);
+
 class PeriodicSaver {
  public:
   PeriodicSaver(const Config& cfg, int64_t steps_per_epoch, Communicator& comm);

@@ -187,18 +187,9 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
   RlSummary summary;
   auto last_eval = Clock::now();
-  // evaluator.freq_*: after `steps_done` steps. Clocks differ between ranks: for
-  // freq_secs they decide together.
-  auto evaluation_due = [&](int64_t steps_done) {
+  auto evaluation_due = [&](int64_t steps_done) {  // evaluator.freq_*, the saver's rule
     const EvaluatorConfig& e = cfg.evaluator;
-    bool due = (e.freq_steps > 0 && steps_done % e.freq_steps == 0) ||
-               (e.freq_epochs > 0 && steps_done % (e.freq_epochs * schedule.steps_per_epoch) == 0);
-    if (e.freq_secs > 0) {
-      at::Tensor flag = at::tensor({seconds_since(last_eval) >= static_cast<double>(e.freq_secs) ? 1.0 : 0.0}, at::kDouble);
-      comm.all_reduce(flag, ReduceOp::Max);
-      due = due || flag.item<double>() > 0;
-    }
-    return due;
+    return periodic_due(steps_done, schedule.steps_per_epoch, e.freq_steps, e.freq_epochs, e.freq_secs, last_eval, comm);
   };
   auto run_eval = [&](const char* when) {
     if (!valid) return -1.0;
