@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # On a machine with a GPU: build with the GPU tests on, then run the collective
-# tests on CUDA tensors through NCCL (and the CPU ones beside them).
+# tests on CUDA tensors through NCCL (and the CPU ones beside them), then the overlap
+# benchmark's GPU rows (one rank, bfloat16; results in bench/results/gpu/).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 AREAL_BUILD="${AREAL_BUILD}-gpu" bash "$AREAL_ROOT/scripts/build.sh" -DAREAL_GPU_TESTS=ON
 cd "${AREAL_BUILD}-gpu"
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
 ctest --output-on-failure -R "nccl_collectives|mpi_tests_np1"
+cd "$AREAL_ROOT"
+AREAL_BUILD="${AREAL_BUILD}-gpu" NP=1 DTYPE=bfloat16 REPEATS=1 RESULTS_DIR="$AREAL_ROOT/bench/results/gpu" \
+  bash bench/run_overlap.sh

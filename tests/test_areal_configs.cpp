@@ -130,3 +130,56 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np
   CHECK(steps == 2);
   fs::remove_all(root);
 }
+
+// AReaL's other GRPO-family examples, key for key: each means what AReaL means by it
+// and runs two steps (the DAPO one also with dynamic sampling on).
+TEST_CASE("AReaL configs: the Dr.GRPO and GSPO and DAPO examples load with their AReaL meaning and run",
+          "[config][areal][binary][mpi][slow]") {
+  const fs::path previous = fs::current_path();
+  fs::current_path(AREAL_SOURCE_DIR);
+  const Config drgrpo = load_config("tests/fixtures/areal/gsm8k_drgrpo.yaml", {});
+  const Config gspo = load_config("tests/fixtures/areal/gsm8k_gspo.yaml", {});
+  const Config dapo = load_config("tests/fixtures/areal/gsm8k_dapo.yaml", {});
+  for (const Config* cfg : {&drgrpo, &gspo, &dapo}) CHECK_NOTHROW(validate_config(*cfg));
+  fs::current_path(previous);
+  // Dr.GRPO: the group mean only, no division by the group's std.
+  CHECK(drgrpo.actor.reward_norm.mean_level == "group");
+  CHECK(drgrpo.actor.reward_norm.std_level == "none");
+  CHECK(drgrpo.actor.importance_sampling_level == "token");
+  // GSPO: one ratio per answer.
+  CHECK(gspo.actor.importance_sampling_level == "sequence");
+  CHECK(gspo.actor.reward_norm.std_level == "group");
+  // DAPO: clip-higher, the soft overlong penalty, a dynamic batch.
+  CHECK(dapo.actor.eps_clip == Approx(0.2));
+  CHECK(dapo.actor.eps_clip_higher == Approx(0.28));
+  CHECK(dapo.actor.overlong_reward_penalty);
+  CHECK(dapo.actor.overlong_tokens == 8);
+  CHECK(dapo.actor.overlong_penalty_factor == Approx(1.0));
+  CHECK(ignored(dapo, "dynamic_bs"));
+
+  const fs::path root = fs::temp_directory_path() / ("areal_algorithms_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"gsm8k_drgrpo.yaml", "gsm8k-drgrpo"},
+      {"gsm8k_gspo.yaml", "gsm8k-gspo"},
+      {"gsm8k_dapo.yaml --actor.dynamic_sampling true", "gsm8k-dapo"}};
+  for (const auto& [args, experiment] : runs) {
+    INFO(args);
+    Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/" + args +
+                   " cluster.fileroot=" + root.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    int steps = 0;
+    for (const auto& row : read_jsonl(root / experiment / "trial0" / "stats.jsonl")) {
+      if (!row.contains("loss")) continue;
+      ++steps;
+      if (experiment == "gsm8k-dapo") {
+        REQUIRE(row.contains("dynamic_sampling_kept_share"));
+        CHECK(row["dynamic_sampling_kept_share"].get<double>() >= 0.0);
+        CHECK(row["dynamic_sampling_kept_share"].get<double>() <= 1.0);
+      }
+    }
+    CHECK(steps == 2);
+  }
+  fs::remove_all(root);
+}

@@ -38,6 +38,8 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
       {"batch vs world size", rl + "train_dataset.batch_size=3",
        "'train_dataset.batch_size' = 3 must be a multiple of the world size (2)"},
       {"reward function", rl + "reward_fn=f1", "reward_fn"},
+      {"reward command not found", rl + "'reward_fn=command:no_such_reward_program --x'", "no_such_reward_program"},
+      {"reward command that exits at once", rl + "'reward_fn=command:sh -c \"exit 7\"'", "exited with status 7"},
       {"tokenizer path", rl + "tokenizer_path=/no/such/tokenizer.json", "/no/such/tokenizer.json"},
       {"dataset path", rl + "train_dataset.path=/no/such/prompts.jsonl", "option 'train_dataset.path'"},
       {"valid dataset path", rl + "valid_dataset.path=/no/such/valid.jsonl", "option 'valid_dataset.path'"},

@@ -1,6 +1,9 @@
 // Verifiable rewards: answer extraction and numeric equality, case by case.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <nlohmann/json.hpp>
+
 #include "areal/rl/reward.h"
 #include "areal/util/error.h"
 
@@ -54,4 +57,86 @@ TEST_CASE("a reward function that throws scores that answer 0 and is counted", "
   CHECK(reward_or_zero(picky, "boom", "42", failures) == 0.0);
   CHECK(reward_or_zero(picky, "boom", "42", failures) == 0.0);
   CHECK(failures == 2);
+}
+
+namespace {
+
+// A call for `answer` to a prompt whose dataset row is `row_json` ("" for a built-in task).
+struct Item {
+  PromptExample example;
+  std::string answer;
+};
+
+std::vector<double> score_items(Rewarder& rewarder, const std::vector<Item>& items, int64_t& failures) {
+  std::vector<RewardCall> calls;
+  for (const Item& item : items) calls.push_back({&item.example, item.answer, {1, 2}, {3}});
+  return rewarder.score(calls, failures);
+}
+
+const std::string kRewards = AREAL_SOURCE_DIR "/tests/fixtures/rewards/";
+
+}  // namespace
+
+TEST_CASE("reward commands read AReaL's reward_fn arguments as one JSON line", "[reward]") {
+  const PromptExample row{"What is 2+3?", "5", R"({"question": "What is 2+3?", "answer": "#### 5", "level": 1})"};
+  const nlohmann::json request = nlohmann::json::parse(reward_request_json({&row, "It is 5.", {7, 8}, {9}}));
+  CHECK(request["prompt"] == "What is 2+3?");
+  CHECK(request["completions"] == "It is 5.");
+  CHECK(request["prompt_ids"] == nlohmann::json::array({7, 8}));
+  CHECK(request["completion_ids"] == nlohmann::json::array({9}));
+  CHECK(request["answer"] == "#### 5");  // the dataset's fields as they are
+  CHECK(request["level"] == 1);
+  const PromptExample builtin{"1+1=", "2", ""};  // a built-in task: its reference as `answer`
+  CHECK(nlohmann::json::parse(reward_request_json({&builtin, "2", {}, {}}))["answer"] == "2");
+  // Bytes that are not UTF-8 (a model may emit them) are replaced, not an error.
+  CHECK_NOTHROW(nlohmann::json::parse(reward_request_json({&builtin, std::string("\xff\xfe", 2), {}, {}})));
+}
+
+// The example worker with Hugging Face math-verify against the built-in `math` reward
+// (an independent implementation) on GSM8K-style answers, scored by a pool of 2.
+TEST_CASE("a Python reward command scores GSM8K answers as the built-in math reward does", "[reward][python]") {
+  auto gsm8k = [](std::string answer, std::string reference) {
+    return Item{{"question", reference, nlohmann::json{{"question", "q"}, {"answer", reference}}.dump()}, answer};
+  };
+  const std::vector<Item> items = {gsm8k("3 boxes of 12 is 36, minus 9 is 27.\n#### 27", "36 - 9 = 27\n#### 27"),
+                                   gsm8k("The answer is \\boxed{150}.", "60 * 2.5 = 150\n#### 150"),
+                                   gsm8k("I think it is 9.", "120 / 15 = 8\n#### 8"),
+                                   gsm8k("Total: 1,250", "#### 1250"),
+                                   gsm8k("It is 1/2", "#### 0.5"),
+                                   gsm8k("no idea", "#### 4")};
+  Rewarder command("command:" AREAL_PYTHON " " AREAL_SOURCE_DIR "/scripts/rewards/worker.py " AREAL_SOURCE_DIR
+                   "/scripts/rewards/gsm8k.py:gsm8k_reward_fn",
+                   2, 60);
+  Rewarder builtin("math", 1, 60);
+  int64_t command_failures = 0, builtin_failures = 0;
+  const std::vector<double> got = score_items(command, items, command_failures);
+  const std::vector<double> want = score_items(builtin, items, builtin_failures);
+  CHECK(got == want);
+  CHECK(want == std::vector<double>{1, 1, 0, 1, 1, 0});
+  CHECK(command_failures == 0);
+}
+
+TEST_CASE("a reward command that hangs, crashes or answers garbage scores 0 and is restarted", "[reward]") {
+  auto item = [](const std::string& answer) { return Item{{"p", "r", ""}, answer}; };
+  const std::vector<Item> items = {item("fine"), item("SLEEP"), item("fine"), item("CRASH"), item("GARBAGE"),
+                                   item("fine")};
+  Rewarder rewarder("command:sh " + kRewards + "flaky.sh", 2, 1.0);
+  int64_t failures = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<double> got = score_items(rewarder, items, failures);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(got == std::vector<double>{0.5, 0, 0.5, 0, 0, 0.5});
+  CHECK(failures == 3);
+  CHECK(seconds < 10);  // the hung one waited its 1 s timeout, not its 30 s sleep
+  // The restarted workers serve the next batch as before.
+  failures = 0;
+  CHECK(score_items(rewarder, {item("a"), item("b"), item("c")}, failures) == std::vector<double>{0.5, 0.5, 0.5});
+  CHECK(failures == 0);
+}
+
+TEST_CASE("a reward command that cannot run is a config error before anything loads", "[reward]") {
+  CHECK_THROWS_AS(Rewarder("command:sh -c 'exit 7'", 2, 5), ConfigError);
+  CHECK_THROWS_WITH(Rewarder("command:sh -c 'exit 7'", 2, 5), Catch::Matchers::Contains("exited with status 7"));
+  CHECK_THROWS_WITH(Rewarder("command:", 1, 5), Catch::Matchers::Contains("names no command"));
+  CHECK_THROWS_WITH(Rewarder("bleu", 1, 5), Catch::Matchers::Contains("command:<shell command>"));
 }

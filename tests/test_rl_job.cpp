@@ -222,3 +222,24 @@ TEST_CASE("rl job: drop_last false keeps the partial last batch inside its epoch
     CHECK(rows[0]["prompts"] == 8);
   }
 }
+
+// reward_fn: command:... on the CI smoke config: the example GSM8K worker (math-verify)
+// scores every answer of two steps and the evaluations, two workers per rank, none failing.
+TEST_CASE("rl job: a Python reward command scores the answers under mpirun -np 2", "[rl][binary][mpi][python]") {
+  const fs::path root = fresh_dir("reward_command");
+  const std::string command = std::string("command:") + AREAL_PYTHON +
+                              " scripts/rewards/worker.py scripts/rewards/gsm8k.py:gsm8k_reward_fn";
+  Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() +
+                 " '--reward_fn=" + command + "' --reward_workers 2");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<json> rows = read_jsonl(root / "ci-smoke" / "trial0" / "stats.jsonl");
+  int steps = 0;
+  for (const json& row : rows) {
+    if (!row.contains("reward_failures")) continue;
+    ++steps;
+    CHECK(row["reward_failures"].get<double>() == 0);
+  }
+  CHECK(steps == 2);
+  CHECK(r.output.find("reward command") == std::string::npos);  // no warning about failed calls
+}

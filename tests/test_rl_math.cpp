@@ -178,3 +178,45 @@ TEST_CASE("rl: decoupled PPO weights each token by exp(proximal - behaviour), ca
   // On-policy (proximal = behaviour) the weights are 1: the plain PPO loss.
   CHECK(close(behaviour_weights(behaviour, behaviour, 3), t({1, 1, 1})));
 }
+
+TEST_CASE("rl: DAPO's overlong penalty grows linearly over the last overlong_tokens", "[rl][advantages][dapo]") {
+  // max_new_tokens 100, overlong_tokens 20, factor 1: free up to 80 tokens, then -1/20 a token.
+  CHECK(overlong_penalty(50, 100, 20, 1.0) == 0.0);
+  CHECK(overlong_penalty(80, 100, 20, 1.0) == 0.0);
+  CHECK(overlong_penalty(90, 100, 20, 1.0) == Approx(-0.5));  // 10 of 20 past the limit
+  CHECK(overlong_penalty(100, 100, 20, 0.5) == Approx(-0.5));  // the whole tail: -factor
+}
+
+TEST_CASE("rl: DAPO's dynamic sampling keeps the groups whose scores differ", "[rl][advantages][dapo]") {
+  // Groups of 3: [1, 0, 1] has a signal, [2, 2, 2] and [0, 0, 0] have none.
+  const at::Tensor scores = t({1, 0, 1, 2, 2, 2, 0, 0, 0});
+  CHECK(at::equal(groups_with_signal(scores, 3, nullptr), t({1, 1, 1, 0, 0, 0, 0, 0, 0})));
+  // No group with a signal anywhere: all stay (AReaL's rule), not an empty step.
+  CHECK(at::equal(groups_with_signal(t({1, 1, 0, 0}), 2, nullptr), t({1, 1, 1, 1})));
+  // The groups that left take no part in the batch statistics and come back as 0:
+  // batch mean of the kept [1, 0, 1] is 2/3.
+  NormConfig batch;
+  batch.std_level = "none";
+  const at::Tensor kept = groups_with_signal(scores, 3, nullptr);
+  CHECK(close(normalize_rewards(scores, batch, nullptr, kept), t({1.0f / 3, -2.0f / 3, 1.0f / 3, 0, 0, 0, 0, 0, 0})));
+}
+
+TEST_CASE("rl: GSPO's sequence-level ratio is the geometric mean of an answer's token ratios", "[rl][ppo][gspo]") {
+  // One row holding two packed answers (ids 0 and 1) and a position of no answer (mask 0).
+  const at::Tensor base = t2({-1, -1, -1, -2, -2}, 5);
+  const at::Tensor logp = (base + t2({0.2f, 0.4f, 9.0f, -0.3f, 0.1f}, 5)).requires_grad_(true);
+  const at::Tensor mask = t2({1, 1, 0, 1, 1}, 5);
+  const at::Tensor sequence = t2({0, 0, 0, 1, 1}, 5);
+  const at::Tensor seq_logp = sequence_level_logp(logp, base, mask, sequence);
+  // Answer 0: log-ratios 0.2, 0.4 -> mean 0.3 (the masked 9.0 is left out);
+  // answer 1: -0.3, 0.1 -> mean -0.1. Every position of an answer gets its ratio.
+  const at::Tensor ratio = (seq_logp - base).exp();
+  CHECK(close(ratio.detach(), t2({std::exp(0.3f), std::exp(0.3f), std::exp(0.3f), std::exp(-0.1f), std::exp(-0.1f)}, 5)));
+  // One clip per answer: with eps 0.2, e^0.3 = 1.35 is clipped for A > 0 at every token of answer 0.
+  const PpoTokenLoss pl = ppo_token_loss(seq_logp, base, t2({1, 1, 1, 1, 1}, 5), 0.2, 0, 0);
+  CHECK(at::equal(pl.clipped.masked_select(mask.to(at::kBool)).to(at::kFloat), t({1, 1, 0, 0})));
+  // The gradient of the mean: d(sum over answer 1's two positions of its log-ratio)/d logp_t
+  // = 2 * (1/2) for each of its tokens, 0 for the masked position.
+  ((seq_logp - base) * mask * (sequence == 1)).sum().backward();
+  CHECK(close(logp.grad(), t2({0, 0, 0, 1, 1}, 5)));
+}

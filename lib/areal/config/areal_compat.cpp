@@ -30,6 +30,8 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"*.trial_name", same_name},
       {"*.fileroot", same_name},
       {"enable_offload", "areal-train keeps the sharded training state in place while it generates"},
+      {"dynamic_bs", "with actor.dynamic_sampling the step trains on the groups that stay (AReaL's dynamic_bs: "
+                     "true); it never generates more to refill the batch"},
       {"sglang.", servers},
       {"vllm.", servers},
       {"launcher.", launch},
@@ -79,7 +81,7 @@ bool null_means_default(const std::string& option) {
       "recover.freq_steps", "recover.freq_secs", "evaluator.freq_epochs", "evaluator.freq_steps",
       "evaluator.freq_secs", "train_dataset.max_length", "valid_dataset.max_length", "actor.eps_clip_higher",
       "actor.c_clip", "actor.behav_imp_weight_cap", "actor.mb_spec.max_tokens_per_mb", "stats_logger.tensorboard.path",
-      "rollout.max_running_requests"};
+      "rollout.max_running_requests", "actor.overlong_tokens", "actor.overlong_penalty_factor"};
   return std::find(nullable.begin(), nullable.end(), option) != nullable.end();
 }
 

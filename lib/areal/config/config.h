@@ -28,6 +28,7 @@ struct FsdpConfig {
   bool memory_efficient_load = false;
   bool reshard_after_forward = true;
   bool offload_params = false;
+  int64_t prefetch_depth = 1;  // units gathered ahead of the one computing; 0: no overlap
   FsdpWrapPolicy wrap_policy;
 };
 
@@ -89,6 +90,12 @@ struct ActorConfig {
   bool recompute_logprob = false;
   bool use_decoupled_loss = false;
   double behav_imp_weight_cap = 0.0;  // 0: no cap
+  std::string importance_sampling_level = "token";  // token, or sequence (GSPO)
+  bool overlong_reward_penalty = false;             // DAPO's soft penalty on answers near the limit
+  int64_t overlong_tokens = 0;
+  double overlong_penalty_factor = 0.0;
+  bool mask_no_eos_with_zero = false;  // truncated answers (no stop token) leave the loss
+  bool dynamic_sampling = false;       // DAPO: groups whose rewards are all equal leave the batch
 };
 
 // AReaL's InferenceEngineConfig; only the generation shape so far.
@@ -169,6 +176,8 @@ struct Config {
   std::string tokenizer_path;  // empty: model_path's tokenizer.json, else the byte tokenizer
   std::string chat_template = "none";
   std::string reward_fn = "exact_match";
+  int64_t reward_workers = 2;   // processes per rank for reward_fn `command:...`
+  double reward_timeout = 30;   // seconds one reward call may take
   bool init_from_scratch = false;
   std::string allocation_mode = "static";
   std::string device = "auto";

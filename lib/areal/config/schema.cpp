@@ -161,8 +161,15 @@ std::vector<OptionSpec> declare_options() {
                                 "turn), `llama3` (LLaMA 3 headers, one user turn).")
           .choices({"none", "qwen", "llama3"}),
       OPTION(reward_fn).doc("Reward of an answer against the dataset's reference: `exact_match` (equal after "
-                            "trimming whitespace) or `math` (the final answer, numerically equal).")
-          .choices({"exact_match", "math"}),
+                            "trimming whitespace), `math` (the final answer, numerically equal), or "
+                            "`command:<shell command>`: your program, run as reward_workers processes per rank, "
+                            "reads one JSON object per line (AReaL's reward_fn arguments: prompt, completions, "
+                            "prompt_ids, completion_ids and the dataset row's fields) and writes one number per "
+                            "line (docs/rl.md)."),
+      OPTION(reward_workers).doc("Worker processes per rank for a `command:` reward_fn (they score a step's "
+                                 "answers in parallel).").at_least(1),
+      OPTION(reward_timeout).doc("Seconds one reward call may take; past it the answer scores 0, is counted "
+                                 "in reward_failures, and the worker is restarted.").positive(),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
           .doc("Deprecated (AReaL's older spelling of `rollout.backend` + `actor.backend`): `static` (every "
@@ -188,6 +195,11 @@ std::vector<OptionSpec> declare_options() {
           .planned("keeping gathered units after forward"),
       OPTION(fsdp.offload_params).doc("Keep parameter shards in host memory between uses.")
           .planned("parameter offloading"),
+      OPTION(fsdp.prefetch_depth)
+          .doc("Units whose all-gather runs ahead of the unit computing, forward and backward; the previous "
+               "unit's gradient reduce-scatter also stays in flight while the next one computes. Each step "
+               "of depth holds one more gathered unit. 0: no overlap (every collective waits in place).")
+          .at_least(0),
       OPTION(fsdp.wrap_policy.transformer_layer_cls_to_wrap)
           .doc("Module classes that form one FSDP unit each (empty: every decoder layer).")
           .planned("custom FSDP wrap policies"),
@@ -269,6 +281,23 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.behav_imp_weight_cap).doc("With use_decoupled_loss: tokens whose behaviour importance weight "
                                              "exceeds this cap are left out of the loss (0: no cap; else > 1).")
           .at_least(0),
+      OPTION(actor.importance_sampling_level)
+          .doc("Importance ratio per `token` (PPO) or per `sequence`: the geometric mean of an answer's token "
+               "ratios, one ratio and one clip per answer (GSPO).")
+          .choices({"token", "sequence"}),
+      OPTION(actor.overlong_reward_penalty)
+          .doc("DAPO's soft overlong penalty: an answer longer than gconfig.max_new_tokens - overlong_tokens "
+               "loses overlong_penalty_factor x (its excess / overlong_tokens) of reward, before the reward "
+               "transform."),
+      OPTION(actor.overlong_tokens).doc("With overlong_reward_penalty: the length of the penalized tail (0: AReaL's "
+                                        "null).").at_least(0),
+      OPTION(actor.overlong_penalty_factor).doc("With overlong_reward_penalty: the penalty at the full length.")
+          .at_least(0),
+      OPTION(actor.mask_no_eos_with_zero).doc("A truncated answer (cut at gconfig.max_new_tokens, no stop token) "
+                                              "scores 0 after reward normalization, as AReaL does."),
+      OPTION(actor.dynamic_sampling).doc("DAPO's dynamic sampling: groups whose answers all scored the same carry "
+                                         "no signal and leave the step (loss, token counts and batch statistics); "
+                                         "when no group has a signal, all stay (AReaL's rule)."),
 
       // ---- generation ----
       OPTION(rollout.backend)

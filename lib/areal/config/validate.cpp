@@ -1,5 +1,8 @@
 #include "areal/config/validate.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 
 #include "areal/config/allocation.h"
@@ -32,6 +35,31 @@ void check_not_hub_id(const std::string& option, const std::string& path, const 
   if (path.empty() || path.rfind("builtin:", 0) == 0 || std::filesystem::exists(path) || !looks_like_hub_id(path))
     return;
   throw ConfigError(cat("option '", option, "': '", path, "' does not exist", hub_hint(path, repo_type)));
+}
+
+// reward_fn: a built-in name, or `command:` with a program that exists (a path, or a
+// name found in PATH). Whether the program runs shows when its workers start, still
+// before the init (job_inputs.h).
+void check_reward_fn(const std::string& reward_fn) {
+  const std::string prefix = "command:";
+  if (reward_fn.rfind(prefix, 0) != 0) {
+    if (reward_fn != "exact_match" && reward_fn != "math")
+      throw ConfigError(cat("option 'reward_fn' = '", reward_fn, "' is unknown (exact_match, math, or "
+                            "command:<shell command>)"));
+    return;
+  }
+  const std::string command = trim(reward_fn.substr(prefix.size()));
+  const std::string program = command.substr(0, command.find_first_of(" \t"));
+  if (program.empty()) throw ConfigError("option 'reward_fn' = 'command:' names no command");
+  if (program.find('/') != std::string::npos) {
+    if (!std::filesystem::exists(program))
+      throw ConfigError(cat("option 'reward_fn': the program '", program, "' does not exist"));
+    return;
+  }
+  const char* path = std::getenv("PATH");
+  for (const std::string& dir : split(path ? path : "", ':'))
+    if (!dir.empty() && ::access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0) return;
+  throw ConfigError(cat("option 'reward_fn': the program '", program, "' is not found in PATH"));
 }
 
 }  // namespace
@@ -75,6 +103,7 @@ void validate_config(const Config& cfg) {
   }
 
   parse_allocation(cfg);
+  check_reward_fn(cfg.reward_fn);
 
   const NormConfig& rn = cfg.actor.reward_norm;
   if ((rn.mean_level == "group" || rn.std_level == "group") && rn.group_size != cfg.gconfig.n_samples)
@@ -83,6 +112,18 @@ void validate_config(const Config& cfg) {
   if (cfg.actor.behav_imp_weight_cap != 0.0 && cfg.actor.behav_imp_weight_cap <= 1.0)
     throw ConfigError(cat("option 'actor.behav_imp_weight_cap' = ", cfg.actor.behav_imp_weight_cap,
                           ": the cap must be > 1 (or 0: no cap)"));
+  if (cfg.actor.overlong_reward_penalty) {
+    if (cfg.actor.overlong_tokens < 1 || cfg.actor.overlong_penalty_factor <= 0)
+      throw ConfigError(cat("option 'actor.overlong_reward_penalty' needs actor.overlong_tokens >= 1 and "
+                            "actor.overlong_penalty_factor > 0 (they are ", cfg.actor.overlong_tokens, " and ",
+                            cfg.actor.overlong_penalty_factor, ")"));
+    if (cfg.actor.overlong_tokens > cfg.gconfig.max_new_tokens)
+      throw ConfigError(cat("option 'actor.overlong_tokens' = ", cfg.actor.overlong_tokens,
+                            " is longer than an answer may be ('gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens,
+                            ")"));
+  }
+  if (cfg.actor.dynamic_sampling && cfg.gconfig.n_samples < 2)
+    throw ConfigError("option 'actor.dynamic_sampling' compares the answers of a group: it needs gconfig.n_samples >= 2");
   if (cfg.actor.behav_imp_weight_cap != 0.0 && !cfg.actor.use_decoupled_loss)
     throw ConfigError("option 'actor.behav_imp_weight_cap' needs actor.use_decoupled_loss: true");
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)

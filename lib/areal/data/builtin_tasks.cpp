@@ -18,7 +18,7 @@ std::string two_digits(int n) { return cat(n / 10, n % 10); }
 std::vector<PromptExample> arithmetic(bool test_split) {
   std::vector<PromptExample> all;
   for (int a = 0; a < 100; ++a)
-    for (int b = 0; b < 100; ++b) all.push_back({cat(two_digits(a), "+", two_digits(b), "="), cat(a + b)});
+    for (int b = 0; b < 100; ++b) all.push_back({cat(two_digits(a), "+", two_digits(b), "="), cat(a + b), ""});
   std::mt19937_64 rng(20261130);  // fixed: the split never depends on the run
   std::shuffle(all.begin(), all.end(), rng);
   if (test_split) return {all.begin(), all.begin() + kArithmeticTestSize};

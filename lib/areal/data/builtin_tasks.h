@@ -18,6 +18,7 @@ namespace areal {
 struct PromptExample {
   std::string prompt;
   std::string answer;  // the reference the reward function compares against
+  std::string row_json;  // a JSONL dataset's whole row (every field), for reward commands; "" for built-in tasks
 };
 
 bool is_builtin_task(const std::string& path);

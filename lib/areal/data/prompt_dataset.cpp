@@ -21,7 +21,7 @@ std::vector<PromptExample> read_jsonl(const std::string& path, const std::string
                                       const std::string& answer_key) {
   std::vector<PromptExample> examples;
   for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
-    examples.push_back({field_text(row, prompt_key, where), field_text(row, answer_key, where)});
+    examples.push_back({field_text(row, prompt_key, where), field_text(row, answer_key, where), row.dump()});
   });
   return examples;
 }

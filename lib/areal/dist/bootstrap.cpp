@@ -60,7 +60,7 @@ RankInfo bootstrap(const Config& cfg) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
   }
   // Errors come back as codes so that we report them with context, then abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

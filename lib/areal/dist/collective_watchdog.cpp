@@ -61,10 +61,11 @@ CollectiveWatchdog::Watch::~Watch() {
   dog_->in_flight_ = nullptr;
 }
 
-void CollectiveWatchdog::watch_queued(const char* name, int64_t bytes, std::function<bool()> done) {
+void CollectiveWatchdog::watch_queued(const char* name, int64_t bytes, std::function<bool()> done,
+                                      const char* where) {
   std::lock_guard<std::mutex> lock(mutex_);
   while (!queued_.empty() && queued_.front().done()) queued_.pop_front();  // keeps the list short
-  queued_.push_back({name, bytes, count_, activity_, std::chrono::steady_clock::now(), std::move(done)});
+  queued_.push_back({name, bytes, count_, activity_, std::chrono::steady_clock::now(), std::move(done), where});
 }
 
 void CollectiveWatchdog::set_activity(std::string activity) {
@@ -83,7 +84,7 @@ void CollectiveWatchdog::watch_loop() {
     while (!queued_.empty() && queued_.front().done()) queued_.pop_front();
     if (!queued_.empty() && seconds_since(queued_.front().since) >= timeout_seconds_) {
       const Queued& q = queued_.front();
-      end_job(q.name, q.bytes, q.number, q.activity, seconds_since(q.since), "queued on the GPU");
+      end_job(q.name, q.bytes, q.number, q.activity, seconds_since(q.since), q.where);
     }
     if (in_flight_ && seconds_since(since_) >= timeout_seconds_)
       end_job(in_flight_, in_flight_bytes_, count_, activity_, seconds_since(since_),

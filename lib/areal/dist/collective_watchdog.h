@@ -43,10 +43,13 @@ class CollectiveWatchdog {
     CollectiveWatchdog* dog_;
   };
 
-  // Work that a collective queued on a device stream (NCCL) and that has not run yet:
-  // `done` (a CUDA event's query) is polled until it returns true. Queued work of one
-  // stream completes in order, so only the oldest pending entry can be overdue.
-  void watch_queued(const char* name, int64_t bytes, std::function<bool()> done);
+  // Work that a collective queued and that has not run yet (on a device stream for
+  // NCCL, on the communication thread for started MPI collectives): `done` (a CUDA
+  // event's query, a flag) is polled until it returns true. Queued work completes in
+  // order, so only the oldest pending entry can be overdue. `where` goes into the
+  // timeout message.
+  void watch_queued(const char* name, int64_t bytes, std::function<bool()> done,
+                    const char* where = "queued on the GPU");
 
   // What the job is doing ("rl step 12"), named in the timeout message.
   void set_activity(std::string activity);
@@ -63,6 +66,7 @@ class CollectiveWatchdog {
     std::string activity;
     std::chrono::steady_clock::time_point since;
     std::function<bool()> done;
+    const char* where;
   };
 
   const double timeout_seconds_;

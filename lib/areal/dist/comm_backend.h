@@ -4,6 +4,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
+
 #include "areal/dist/communicator.h"
 
 namespace areal {
@@ -19,6 +21,18 @@ class CommBackend {
   // MPI: MPI_Barrier. NCCL: waits for this rank's queued work; Communicator::barrier
   // follows it with the MPI barrier, which makes it global.
   virtual void barrier() = 0;
+  // The same two collectives queued without making the caller wait: the returned
+  // function orders the caller after them (CUDA: the caller's stream waits for the
+  // collective's event). NCCL queues its work on a stream anyway; the MPI backend runs
+  // them at once (Communicator gives it a thread instead, comm_thread.h).
+  virtual std::function<void()> start_all_gather(const at::Tensor& shard, at::Tensor& out_full) {
+    all_gather(shard, out_full);
+    return [] {};
+  }
+  virtual std::function<void()> start_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) {
+    reduce_scatter(flat_in, out_shard, op);
+    return [] {};
+  }
   virtual void set_max_message_bytes(int64_t) {}
   virtual int rank() const = 0;
   virtual int size() const = 0;

@@ -1,10 +1,13 @@
 #include "areal/dist/communicator.h"
 
 #include <ATen/ATen.h>
+#include <mpi.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "areal/dist/comm_backend.h"
+#include "areal/dist/comm_thread.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -64,8 +67,42 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
+  if (this != &other) {
+    if (finish_) {
+      try {
+        finish_();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "a started collective failed: %s\n", e.what());
+      }
+    }
+    finish_ = std::move(other.finish_);
+    other.finish_ = {};
+  }
+  return *this;
+}
+
+PendingCollective::~PendingCollective() {
+  if (!finish_) return;
+  try {
+    finish_();
+  } catch (const std::exception& e) {  // a destructor must not throw; the error is not lost
+    std::fprintf(stderr, "a started collective failed: %s\n", e.what());
+  }
+}
+
+void PendingCollective::wait() {
+  if (!finish_) return;
+  auto finish = std::move(finish_);
+  finish_ = {};
+  finish();
+}
+
 Communicator::Communicator(const RankInfo& me, double collective_timeout_seconds)
     : rank_(me.rank), world_size_(me.world_size) {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  mpi_thread_multiple_ = level >= MPI_THREAD_MULTIPLE;
   if (collective_timeout_seconds > 0) watchdog_ = std::make_shared<CollectiveWatchdog>(collective_timeout_seconds);
   mpi_ = make_mpi_backend();
   if (starts_with(me.device, "cuda")) {
@@ -127,6 +164,39 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   backend_for(tensor, "all_reduce").all_reduce(tensor, op);
 }
 
+PendingCollective Communicator::start_all_gather(const at::Tensor& shard, at::Tensor& out_full) {
+  check_tensor("start_all_gather", "shard", shard);
+  check_tensor("start_all_gather", "out_full", out_full);
+  check_pair("start_all_gather", out_full, "out_full", shard, "shard", world_size_);
+  if (shard.is_cuda()) return PendingCollective(backend_for(shard, "start_all_gather").start_all_gather(shard, out_full));
+  return start_on_thread("all_gather (started)", out_full.nbytes(),
+                         [shard, out_full](CommBackend& b) mutable { b.all_gather(shard, out_full); });
+}
+
+PendingCollective Communicator::start_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) {
+  check_tensor("start_reduce_scatter", "flat_in", flat_in);
+  check_tensor("start_reduce_scatter", "out_shard", out_shard);
+  check_pair("start_reduce_scatter", flat_in, "flat_in", out_shard, "out_shard", world_size_);
+  check_op("start_reduce_scatter", flat_in, op);
+  if (flat_in.is_cuda())
+    return PendingCollective(backend_for(flat_in, "start_reduce_scatter").start_reduce_scatter(flat_in, out_shard, op));
+  return start_on_thread("reduce_scatter (started)", flat_in.nbytes(),
+                         [flat_in, out_shard, op](CommBackend& b) mutable { b.reduce_scatter(flat_in, out_shard, op); });
+}
+
+PendingCollective Communicator::start_on_thread(const char* name, int64_t bytes,
+                                                std::function<void(CommBackend&)> collective) {
+  if (!mpi_thread_multiple_) {  // MPI allows calls from one thread only: run it now
+    CollectiveWatchdog::Watch watch(watchdog_.get(), name, bytes);
+    collective(*mpi_);
+    return PendingCollective();
+  }
+  // The thread's own communicator: a duplicate made by every rank at the same point
+  // (the first started collective), so the split matches.
+  if (!mpi_thread_) mpi_thread_ = std::make_unique<CommThread>(mpi_->split(0, rank_), watchdog_.get());
+  return PendingCollective(mpi_thread_->submit(name, bytes, std::move(collective)));
+}
+
 void Communicator::barrier() {
   CollectiveWatchdog::Watch watch(watchdog_.get(), "barrier", 0);
   if (nccl_) nccl_->barrier();
@@ -137,6 +207,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   CollectiveWatchdog::Watch watch(watchdog_.get(), "split", 0);
   std::unique_ptr<Communicator> group(new Communicator());
   group->watchdog_ = watchdog_;
+  group->mpi_thread_multiple_ = mpi_thread_multiple_;
   group->mpi_ = mpi_->split(color, key);
   if (nccl_) group->nccl_ = nccl_->split(color, key);
   group->rank_ = group->mpi_->rank();

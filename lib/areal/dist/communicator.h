@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,26 @@ enum class ReduceOp { Sum, Avg, Max };
 
 // Implemented by the MPI backend and the NCCL backend; see comm_backend.h.
 class CommBackend;
+class CommThread;
+
+// A collective started by Communicator::start_all_gather / start_reduce_scatter and
+// still running beside the caller. wait() returns once its output may be read (CUDA:
+// once the caller's current stream is ordered after it) and rethrows its error. Until
+// then its tensors must stay untouched. An unwaited one waits when destroyed.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  explicit PendingCollective(std::function<void()> finish) : finish_(std::move(finish)) {}
+  PendingCollective(PendingCollective&& other) noexcept : finish_(std::move(other.finish_)) { other.finish_ = {}; }
+  PendingCollective& operator=(PendingCollective&& other) noexcept;
+  ~PendingCollective();
+
+  void wait();
+  bool pending() const { return static_cast<bool>(finish_); }
+
+ private:
+  std::function<void()> finish_;
+};
 
 class Communicator {
  public:
@@ -53,6 +74,18 @@ class Communicator {
   // Returns when every rank has called it (and this rank's pending NCCL work is done).
   void barrier();
 
+  // all_gather and reduce_scatter started now and finished by the handle's wait(), so
+  // that compute runs while they move data (the engine's prefetch, fsdp/overlap.h).
+  // Collective like the blocking calls: every rank starts the same ones in the same
+  // order. CPU tensors: a communication thread runs them in order on a duplicate of the
+  // MPI communicator (MPI_THREAD_MULTIPLE; where MPI lacks it they run at once, and
+  // async_overlaps() says so). CUDA tensors: queued on the NCCL stream, and the caller's
+  // stream waits only in wait().
+  PendingCollective start_all_gather(const at::Tensor& shard, at::Tensor& out_full);
+  PendingCollective start_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op);
+  // Whether started CPU collectives run beside the caller (MPI_THREAD_MULTIPLE).
+  bool async_overlaps() const { return mpi_thread_multiple_; }
+
   // A communicator over the ranks that pass the same `color`, ranked by `key` (ties by
   // rank). Collective over this communicator. The group shares this one's watchdog.
   // Used for the tensor-parallel groups of generation (rollout/).
@@ -68,11 +101,15 @@ class Communicator {
  private:
   Communicator() = default;
   CommBackend& backend_for(const at::Tensor& tensor, const char* call);
+  // Runs `collective` on the communication thread (made on first use), or at once.
+  PendingCollective start_on_thread(const char* name, int64_t bytes, std::function<void(CommBackend&)> collective);
 
   int rank_ = 0;
   int world_size_ = 1;
+  bool mpi_thread_multiple_ = false;
   std::unique_ptr<CommBackend> mpi_;
   std::unique_ptr<CommBackend> nccl_;
+  std::unique_ptr<CommThread> mpi_thread_;  // after mpi_: destroyed (joined) first
   std::shared_ptr<CollectiveWatchdog> watchdog_;
 };
 

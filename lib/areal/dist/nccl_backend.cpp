@@ -107,15 +107,24 @@ class NcclBackend final : public CommBackend {
     });
   }
 
-  void all_gather(const at::Tensor& shard, at::Tensor& out_full) override {
-    run("all_gather", out_full.nbytes(), {shard, out_full}, [&] {
+  void all_gather(const at::Tensor& shard, at::Tensor& out_full) override { start_all_gather(shard, out_full)(); }
+
+  void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
+    start_reduce_scatter(flat_in, out_shard, op)();
+  }
+
+  // Prefetch and gradient reduction (fsdp/overlap.h): queued now on stream_, which
+  // runs beside the caller's compute stream; the caller's stream waits in finish().
+  std::function<void()> start_all_gather(const at::Tensor& shard, at::Tensor& out_full) override {
+    return launch("all_gather", out_full.nbytes(), {shard, out_full}, [&] {
       AREAL_NCCL_CHECK(ncclAllGather(shard.data_ptr(), out_full.data_ptr(), shard.numel(),
                                      nccl_type(shard.scalar_type()), comm_, stream_));
     });
   }
 
-  void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
-    run("reduce_scatter", flat_in.nbytes(), {flat_in, out_shard}, [&] {
+  std::function<void()> start_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard,
+                                             ReduceOp op) override {
+    return launch("reduce_scatter", flat_in.nbytes(), {flat_in, out_shard}, [&] {
       AREAL_NCCL_CHECK(ncclReduceScatter(flat_in.data_ptr(), out_shard.data_ptr(), out_shard.numel(),
                                          nccl_type(flat_in.scalar_type()), nccl_op(op), comm_, stream_));
     });
@@ -152,6 +161,14 @@ class NcclBackend final : public CommBackend {
   // whatever the caller queues next; the watchdog polls its completion.
   template <typename Fn>
   void run(const char* name, int64_t bytes, const std::vector<at::Tensor>& tensors, Fn collective) {
+    launch(name, bytes, tensors, collective)();
+  }
+
+  // Queues `collective` on stream_ after the work the caller's stream has queued so far.
+  // The returned function makes the then-current stream of the caller wait for it.
+  template <typename Fn>
+  std::function<void()> launch(const char* name, int64_t bytes, const std::vector<at::Tensor>& tensors,
+                               Fn collective) {
     c10::cuda::CUDAGuard guard(device_);
     c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
     at::cuda::CUDAEvent inputs_ready;
@@ -161,8 +178,12 @@ class NcclBackend final : public CommBackend {
     for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
     auto outputs_ready = std::make_shared<at::cuda::CUDAEvent>();
     outputs_ready->record(stream_);
-    outputs_ready->block(caller);
     if (watchdog_) watchdog_->watch_queued(name, bytes, [outputs_ready] { return outputs_ready->query(); });
+    const c10::DeviceIndex device = device_.index();
+    return [outputs_ready, device] {
+      c10::cuda::CUDAGuard guard(device);
+      outputs_ready->block(c10::cuda::getCurrentCUDAStream(device));
+    };
   }
 
   int rank_;

@@ -3,15 +3,32 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <ATen/core/ivalue.h>
 
 #include <functional>
 #include <optional>
 
 #include "areal/fsdp/buffer_pool.h"
+#include "areal/fsdp/overlap.h"
 #include "areal/model/functional.h"
 #include "areal/util/strings.h"
 
 namespace areal {
+
+// One forward's uses in order, shared by their autograd contexts, so that a use's
+// backward knows which units the backward needs next (the uses before it) and can start
+// gathering them (fsdp.prefetch_depth). Filled as the forward runs.
+struct ForwardRecord : torch::CustomClassHolder {
+  struct Use {
+    size_t unit = 0;
+    bool with_adapter = false;
+    bool gathers_in_backward = false;  // a layer or the head whose backward runs
+    at::Tensor flat, adapter_flat;     // a recorded graph's flats (keep_graph), after its forward
+  };
+  int64_t id = 0;
+  std::vector<Use> uses;
+};
 
 // What one use of a unit computes. Everything a use needs in its backward is here,
 // fixed at forward time, and travels in the autograd context's saved data (save/load),
@@ -26,9 +43,13 @@ struct UnitCall {
   AttentionInputs attention;   // Layer
   bool with_adapter = false;   // LoRA on, as it was when the forward ran
   bool keep_graph = false;     // forward records the graph; backward does not recompute
+  c10::intrusive_ptr<ForwardRecord> record;  // this use is record->uses[use]
+  size_t use = 0;
 
   void save(torch::autograd::AutogradContext* ctx) const {
     auto& d = ctx->saved_data;
+    d["record"] = c10::IValue::make_capsule(record);
+    d["use"] = static_cast<int64_t>(use);
     d["engine"] = reinterpret_cast<int64_t>(engine);
     d["unit"] = static_cast<int64_t>(unit);
     d["kind"] = static_cast<int64_t>(kind);
@@ -43,6 +64,8 @@ struct UnitCall {
   static UnitCall load(torch::autograd::AutogradContext* ctx) {
     const auto& d = ctx->saved_data;
     UnitCall call;
+    call.record = c10::static_intrusive_pointer_cast<ForwardRecord>(d.at("record").toCapsule());
+    call.use = static_cast<size_t>(d.at("use").toInt());
     call.engine = reinterpret_cast<FsdpEngine*>(d.at("engine").toInt());
     call.unit = static_cast<size_t>(d.at("unit").toInt());
     call.kind = static_cast<Kind>(d.at("kind").toInt());
@@ -56,6 +79,9 @@ struct UnitCall {
     return call;
   }
 
+  GatherKey key(bool adapter, bool backward) const {
+    return {record->id, static_cast<int64_t>(use), adapter, backward};
+  }
   const UnitLayout& base_layout() const { return engine->model().units().at(unit); }
   const UnitLayout& adapter_layout() const { return engine->model().adapter_units().at(unit - 1); }
   // The unit whose gradient this use produces: the adapters with LoRA (nullptr for a
@@ -124,36 +150,57 @@ bool shards_are_whole(FsdpEngine& engine) {
   return engine.comm().world_size() == 1 && engine.compute_dtype() == at::kFloat;
 }
 
-// All-gathers a unit (its master shard cast to the compute dtype) into `flat`.
-void gather_into(FsdpEngine& engine, const at::Tensor& shard, const at::Tensor& flat) {
-  at::Tensor out = flat;
-  engine.comm().all_gather(shard.detach().to(engine.compute_dtype()).contiguous(), out);
+// A unit's master shard in the compute dtype, as the all-gather sends it.
+at::Tensor shard_to_send(FsdpEngine& engine, const at::Tensor& shard) {
+  return shard.detach().to(engine.compute_dtype()).contiguous();
 }
 
-// One unit's whole weights, pooled and gathered (or the shard itself, see above).
-PooledFlat whole_unit(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& shard) {
-  if (shards_are_whole(engine)) return PooledFlat(shard.detach());
-  PooledFlat flat(engine.buffers(), layout.padded_numel, engine.compute_dtype(), shard.device());
-  gather_into(engine, shard, flat.tensor());
-  return flat;
-}
-
-// A recorded graph's flat (released after its forward) backed by a pool block again and
-// gathered into, so the graph's views see the unit's weights once more.
-PooledFlat regather(FsdpEngine& engine, const at::Tensor& flat, const at::Tensor& shard) {
-  PooledFlat again(engine.buffers(), flat);
+// A flat to gather one unit into: a recorded graph's flat (released after its forward)
+// backed by a pool block again, so the graph's views see the unit's weights once more;
+// else a new one from the pool.
+PooledFlat flat_for(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& graph_flat,
+                    const at::Device device) {
+  if (!graph_flat.defined()) return PooledFlat(engine.buffers(), layout.padded_numel, engine.compute_dtype(), device);
+  PooledFlat again(engine.buffers(), graph_flat);
   again.reacquire();
-  gather_into(engine, shard, again.tensor());
   return again;
 }
 
-// The base unit's and (with LoRA on for this use) the adapters' gathered weights.
+// Starts gathering one unit's weights for the use named by `key` (see take_unit).
+void start_unit(FsdpEngine& engine, const GatherKey& key, const UnitLayout& layout, const at::Tensor& shard,
+                const at::Tensor& graph_flat) {
+  if (shards_are_whole(engine) || engine.overlap().gather_started(key)) return;
+  engine.overlap().start_gather(key, flat_for(engine, layout, graph_flat, shard.device()), shard_to_send(engine, shard));
+}
+
+// One unit's whole weights for the use named by `key`: the gather started ahead
+// (fsdp.prefetch_depth), else gathered now (into the recorded graph's flat when given);
+// on one float32 rank the shard itself.
+PooledFlat take_unit(FsdpEngine& engine, const GatherKey& key, const UnitLayout& layout, const at::Tensor& shard,
+                     const at::Tensor& graph_flat = {}) {
+  if (shards_are_whole(engine)) return PooledFlat(shard.detach());
+  if (std::optional<PooledFlat> started = engine.overlap().take_gather(key)) return std::move(*started);
+  PooledFlat flat = flat_for(engine, layout, graph_flat, shard.device());
+  at::Tensor out = flat.tensor();
+  engine.comm().all_gather(shard_to_send(engine, shard), out);
+  return flat;
+}
+
+// The base unit's and (with LoRA on for this use) the adapters' gathered weights, for
+// the use's forward or its backward (a recorded graph's flats in backward).
 struct GatheredUse {
   PooledFlat base, adapter;
-  explicit GatheredUse(const UnitCall& call) {
-    ShardedModel& model = call.engine->model();
-    base = whole_unit(*call.engine, call.base_layout(), model.shard(call.unit));
-    if (call.with_adapter) adapter = whole_unit(*call.engine, call.adapter_layout(), model.adapter_shard(call.unit - 1));
+  GatheredUse() = default;
+  GatheredUse(const UnitCall& call, bool backward) {
+    FsdpEngine& engine = *call.engine;
+    ShardedModel& model = engine.model();
+    const ForwardRecord::Use& use = call.record->uses.at(call.use);
+    const bool graph = backward && call.keep_graph;
+    base = take_unit(engine, call.key(false, backward), call.base_layout(), model.shard(call.unit),
+                     graph ? use.flat : at::Tensor());
+    if (call.with_adapter)
+      adapter = take_unit(engine, call.key(true, backward), call.adapter_layout(), model.adapter_shard(call.unit - 1),
+                          graph ? use.adapter_flat : at::Tensor());
   }
   void release() {
     base.release();
@@ -161,11 +208,38 @@ struct GatheredUse {
   }
 };
 
+// Starts the gathers of record->uses[i] (forward or backward) unless started already.
+void start_use(FsdpEngine& engine, const ForwardRecord& record, size_t i, bool backward) {
+  const ForwardRecord::Use& use = record.uses[i];
+  ShardedModel& model = engine.model();
+  const GatherKey key{record.id, static_cast<int64_t>(i), false, backward};
+  start_unit(engine, key, model.units().at(use.unit), model.shard(use.unit), backward ? use.flat : at::Tensor());
+  if (use.with_adapter)
+    start_unit(engine, GatherKey{record.id, static_cast<int64_t>(i), true, backward},
+               model.adapter_units().at(use.unit - 1), model.adapter_shard(use.unit - 1),
+               backward ? use.adapter_flat : at::Tensor());
+}
+
+// In the backward of use `i`: its own gathers and those of the next `prefetch_depth`
+// uses whose backward gathers (the uses before it, in reverse), started in that order.
+void start_backward_gathers(FsdpEngine& engine, const ForwardRecord& record, size_t i) {
+  if (engine.prefetch_depth() == 0) return;
+  start_use(engine, record, i, true);
+  size_t ahead = 0;
+  for (size_t j = i; j-- > 0 && ahead < engine.prefetch_depth();) {
+    if (!record.uses[j].gathers_in_backward) continue;
+    start_use(engine, record, j, true);
+    ++ahead;
+  }
+}
+
 // The gradient of a unit's shard: each parameter's gradient written by `fill` into a
 // pooled flat buffer in grad_reduce_dtype (fill(i, view) for slot i of `layout`), the
-// padding zeroed, reduce-scattered (averaged over ranks), in float32.
-at::Tensor reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout,
-                                const std::function<void(size_t, at::Tensor)>& fill) {
+// padding zeroed, reduce-scattered (averaged over ranks) and added to `target`'s
+// gradient in float32. With prefetch the reduce-scatter stays in flight while the next
+// unit's backward computes; Overlap::finish completes it at the end of the backward.
+void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& target,
+                          const std::function<void(size_t, at::Tensor)>& fill) {
   const at::Device device = engine.model().shard(0).device();
   const bool alone = engine.comm().world_size() == 1;  // the flat gradient is the shard's: no reduction
   at::Tensor block = alone ? at::empty({layout.padded_numel}, at::TensorOptions(device).dtype(engine.grad_reduce_dtype()))
@@ -176,11 +250,22 @@ at::Tensor reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout,
     fill(i, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
   }
   flat.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
-  if (alone) return flat.to(at::kFloat);
+  if (alone) return accumulate_grad(target, flat.to(at::kFloat));
+  if (engine.prefetch_depth() > 0) {
+    engine.overlap().start_reduce(engine.buffers(), std::move(block), flat, target,
+                                  static_cast<size_t>(engine.prefetch_depth()));
+    return;
+  }
   at::Tensor shard_grad = at::empty({layout.shard_numel}, flat.options());
   engine.comm().reduce_scatter(flat, shard_grad, ReduceOp::Avg);
   engine.buffers().release(std::move(block));
-  return shard_grad.to(at::kFloat);
+  accumulate_grad(target, shard_grad.to(at::kFloat));
+}
+
+// The shard a use's gradient goes to (the adapters' with LoRA, else the base unit's).
+const at::Tensor& trained_shard(const UnitCall& call) {
+  ShardedModel& model = call.engine->model();
+  return model.has_adapters() ? model.adapter_shard(call.unit - 1) : model.shard(call.unit);
 }
 
 // The autograd Function of one unit use. The shards are inputs only so that autograd
@@ -199,7 +284,7 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& /*shard*/,
                             const at::Tensor& /*adapter_shard*/, const UnitCall& call) {
     call.save(ctx);
-    GatheredUse gathered(call);
+    GatheredUse gathered(call, /*backward=*/false);
     if (call.kind == UnitCall::Kind::Embed) {
       at::Tensor out = at::embedding(use_weights(call, gathered.base.tensor(), {}, false).by_name.at(
                                          "model.embed_tokens.weight"),
@@ -225,48 +310,45 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     d["graph_output"] = out;
     d["x_leaf"] = x_leaf;
     d["leaves"] = w.trained;
-    d["flat"] = gathered.base.tensor();
-    d["adapter_flat"] = gathered.adapter.defined() ? gathered.adapter.tensor() : at::Tensor();
+    // The backward gathers into these again (the record lets an earlier backward start it).
+    ForwardRecord::Use& use = call.record->uses.at(call.use);
+    use.flat = gathered.base.tensor();
+    use.adapter_flat = gathered.adapter.defined() ? gathered.adapter.tensor() : at::Tensor();
     return out.detach();  // the graph above stays this use's own, apart from the outer one
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const UnitCall call = UnitCall::load(ctx);
     FsdpEngine& engine = *call.engine;
-    const bool lora = engine.model().has_adapters();
     const UnitLayout* trained = call.trained_layout();
-    auto result = [&](at::Tensor x_grad, at::Tensor shard_grad) -> variable_list {
-      return {x_grad, lora ? at::Tensor() : shard_grad, lora ? shard_grad : at::Tensor(), at::Tensor()};
-    };
+    // Shard gradients go straight into the shards' .grad (reduce_unit_gradient), not
+    // back through autograd: a reduce-scatter may still be in flight when this returns.
+    auto result = [&](at::Tensor x_grad) -> variable_list { return {x_grad, {}, {}, {}}; };
+    if (engine.prefetch_depth() > 0) engine.finish_overlap_after_backward();
 
     if (call.kind == UnitCall::Kind::Embed) {
-      if (!trained) return result({}, {});
+      if (!trained) return result({});
       const at::Tensor& g = grad_outputs[0];
       at::Tensor ids = call.input_ids.reshape({-1});
-      return result({}, reduce_unit_gradient(engine, *trained, [&](size_t i, at::Tensor view) {
-                      view.zero_();
-                      if (trained->params[i].name == "model.embed_tokens.weight")
-                        view.index_add_(0, ids, g.reshape({-1, g.size(-1)}).to(view.scalar_type()));
-                    }));
+      reduce_unit_gradient(engine, *trained, trained_shard(call), [&](size_t i, at::Tensor view) {
+        view.zero_();
+        if (trained->params[i].name == "model.embed_tokens.weight")
+          view.index_add_(0, ids, g.reshape({-1, g.size(-1)}).to(view.scalar_type()));
+      });
+      return result({});
     }
 
+    start_backward_gathers(engine, *call.record, call.use);
+    GatheredUse gathered(call, /*backward=*/true);
     at::Tensor out, x_leaf;
     std::vector<at::Tensor> leaves;
-    std::optional<GatheredUse> gathered;  // recompute: gathered here
-    PooledFlat base, adapter;             // keep_graph: the recorded graph's storage, filled again
     if (call.keep_graph) {
       const auto& d = ctx->saved_data;
       out = d.at("graph_output").toTensor();
       x_leaf = d.at("x_leaf").toTensor();
       leaves = d.at("leaves").toTensorVector();
-      if (!shards_are_whole(engine)) {  // else the graph's views are the shards themselves
-        base = regather(engine, d.at("flat").toTensor(), engine.model().shard(call.unit));
-        if (call.with_adapter)
-          adapter = regather(engine, d.at("adapter_flat").toTensor(), engine.model().adapter_shard(call.unit - 1));
-      }
     } else {
-      gathered.emplace(call);
-      UseWeights w = use_weights(call, gathered->base.tensor(), gathered->adapter.tensor(), true);
+      UseWeights w = use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), true);
       leaves = w.trained;
       x_leaf = ctx->get_saved_variables()[0].detach().requires_grad_(true);
       at::AutoGradMode grad_mode(true);
@@ -277,18 +359,17 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     wrt.push_back(x_leaf);
     auto grads = torch::autograd::grad({out}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
-    at::Tensor shard_grad;
     if (trained)
-      shard_grad = reduce_unit_gradient(engine, *trained, [&](size_t i, at::Tensor view) {
+      reduce_unit_gradient(engine, *trained, trained_shard(call), [&](size_t i, at::Tensor view) {
         if (grads[i].defined()) view.copy_(grads[i]);
         else view.zero_();
       });
-    if (gathered) gathered->release();
-    base.release();
-    adapter.release();
+    gathered.release();
     // The recorded graph's activations go now, not when the whole backward ends.
-    for (const char* key : {"graph_output", "x_leaf", "leaves", "flat", "adapter_flat"}) ctx->saved_data.erase(key);
-    return result(grads.back(), shard_grad);
+    for (const char* key : {"graph_output", "x_leaf", "leaves"}) ctx->saved_data.erase(key);
+    ForwardRecord::Use& use = call.record->uses.at(call.use);
+    use.flat = use.adapter_flat = at::Tensor();
+    return result(grads.back());
   }
 };
 
@@ -300,6 +381,7 @@ FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& 
   result.engine = std::make_unique<FsdpEngine>(*result.init.model, comm, dtype_from_name(cfg.actor.dtype),
                                                dtype_from_name(cfg.actor.grad_reduce_dtype));
   result.engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
+  result.engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
   return result;
 }
 
@@ -309,11 +391,14 @@ FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType c
       comm_(comm),
       compute_dtype_(compute_dtype),
       grad_reduce_dtype_(grad_reduce_dtype),
-      buffers_(std::make_unique<BufferPool>()) {
+      buffers_(std::make_unique<BufferPool>()),
+      overlap_(std::make_unique<Overlap>(comm)) {
   for (at::Tensor& shard : model_.trainable_shards()) shard.requires_grad_(true);
 }
 
-FsdpEngine::~FsdpEngine() = default;
+FsdpEngine::~FsdpEngine() {
+  if (overlap_) overlap_->finish(*buffers_);
+}
 
 at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
   return forward(input_ids, attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_));
@@ -321,26 +406,52 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& at
 
 at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention) {
   using Kind = UnitCall::Kind;
+  if (overlap_finish_queued_) finish_overlap();  // a backward that failed before its end
   const size_t layers = static_cast<size_t>(model_.config().num_hidden_layers);
   // The final norm and head have a unit of their own after the layers, unless the head
   // is tied to the embedding (then the root unit holds all three).
   const size_t head_unit = model_.units().size() > layers + 1 ? layers + 1 : 0;
-  auto apply = [&](size_t unit, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x) {
-    const bool with_adapter = kind == Kind::Layer && adapters_enabled();
+  auto record = c10::make_intrusive<ForwardRecord>();
+  record->id = next_forward_id_++;
+  for (size_t u = 0; u <= layers + 1; ++u) {
+    const Kind kind = u == 0 ? Kind::Embed : u <= layers ? Kind::Layer : Kind::Head;
+    ForwardRecord::Use use;
+    use.unit = u <= layers ? u : head_unit;
+    use.with_adapter = kind == Kind::Layer && adapters_enabled();
+    record->uses.push_back(use);
+  }
+  auto apply = [&](size_t i, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x) {
+    // The gathers of this use and of the next prefetch_depth ones run ahead (forward).
+    for (size_t j = i; prefetch_depth_ > 0 && j < record->uses.size() && j <= i + prefetch_depth_; ++j)
+      start_use(*this, *record, j, false);
+    ForwardRecord::Use& use = record->uses[i];
     // Custom Functions take no undefined inputs: an empty tensor stands for "no adapter".
-    at::Tensor adapter = with_adapter ? model_.adapter_shard(unit - 1) : at::empty({0});
-    const at::Tensor& shard = model_.shard(unit);
+    at::Tensor adapter = use.with_adapter ? model_.adapter_shard(use.unit - 1) : at::empty({0});
+    const at::Tensor& shard = model_.shard(use.unit);
     const bool needs_grad = at::GradMode::is_enabled() &&
                             (x.requires_grad() || shard.requires_grad() || adapter.requires_grad());
     // The head is never recomputed (it is the last use: its graph lives only until the
     // backward starts); the layers only with gradient checkpointing.
     const bool keep_graph = needs_grad && kind != Kind::Embed && (kind == Kind::Head || !gradient_checkpointing_);
-    const UnitCall call{this, unit, kind, std::move(ids), std::move(attention), with_adapter, keep_graph};
+    use.gathers_in_backward = needs_grad && kind != Kind::Embed;
+    const UnitCall call{this, use.unit, kind, std::move(ids), std::move(attention), use.with_adapter, keep_graph,
+                        record, i};
     return UnitFunction::apply(x, shard, adapter, call);
   };
   at::Tensor h = apply(0, Kind::Embed, input_ids, {}, input_ids);
   for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
-  return apply(head_unit, Kind::Head, {}, {}, h);
+  return apply(layers + 1, Kind::Head, {}, {}, h);
+}
+
+void FsdpEngine::finish_overlap_after_backward() {
+  if (overlap_finish_queued_) return;
+  overlap_finish_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_overlap(); });
+}
+
+void FsdpEngine::finish_overlap() {
+  overlap_finish_queued_ = false;
+  overlap_->finish(*buffers_);
 }
 
 }  // namespace areal

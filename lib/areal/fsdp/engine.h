@@ -26,6 +26,7 @@
 namespace areal {
 
 class BufferPool;
+class Overlap;
 
 class FsdpEngine {
  public:
@@ -53,8 +54,19 @@ class FsdpEngine {
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
+  // fsdp.prefetch_depth: how many units' all-gathers run ahead of the unit computing
+  // (forward and backward), and how many gradient reduce-scatters stay in flight
+  // (overlap.h). 0: every collective waits in place. Results are the same at any depth.
+  void set_prefetch_depth(int64_t depth) { prefetch_depth_ = depth < 0 ? 0 : static_cast<size_t>(depth); }
+  size_t prefetch_depth() const { return prefetch_depth_; }
+
   // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
   BufferPool& buffers() { return *buffers_; }
+  // The collectives in flight beside the compute (overlap.h).
+  Overlap& overlap() { return *overlap_; }
+  // Called from a unit's backward: at the end of this backward pass, the pending
+  // reductions are finished into the shards' gradients (before backward() returns).
+  void finish_overlap_after_backward();
 
   ShardedModel& model() { return model_; }
   Communicator& comm() { return comm_; }
@@ -68,7 +80,13 @@ class FsdpEngine {
   at::ScalarType grad_reduce_dtype_;
   bool adapters_enabled_ = true;  // read at forward time; each use keeps what it saw
   bool gradient_checkpointing_ = false;
+  size_t prefetch_depth_ = 1;
+  int64_t next_forward_id_ = 0;
+  bool overlap_finish_queued_ = false;
   std::unique_ptr<BufferPool> buffers_;
+  std::unique_ptr<Overlap> overlap_;
+
+  void finish_overlap();
 };
 
 // What make_fsdp_engine builds: the sharded model (with the figures of its staged

@@ -14,6 +14,22 @@ double transform_reward(double reward, const ActorConfig& actor) {
   return std::clamp(score, -actor.reward_clip, actor.reward_clip);
 }
 
+double overlong_penalty(int64_t length, int64_t max_new_tokens, int64_t overlong_tokens, double factor) {
+  const double excess = static_cast<double>(length - (max_new_tokens - overlong_tokens));
+  return std::min(0.0, -excess / static_cast<double>(overlong_tokens) * factor);
+}
+
+at::Tensor groups_with_signal(const at::Tensor& scores, int64_t group_size, Communicator* comm) {
+  const int64_t rows = scores.size(0);
+  if (rows % group_size != 0) throw std::invalid_argument(cat(rows, " answers do not form groups of ", group_size));
+  const at::Tensor groups = scores.to(at::kFloat).view({rows / group_size, group_size});
+  const at::Tensor signal = (groups.amax(1) != groups.amin(1)).to(at::kFloat);
+  at::Tensor any = signal.sum().to(at::kDouble).reshape({1});
+  if (comm) comm->all_reduce(any, ReduceOp::Sum);
+  if (any.item<double>() == 0) return at::ones({rows}, at::kFloat);
+  return signal.unsqueeze(1).expand({rows / group_size, group_size}).reshape({rows});
+}
+
 at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& estimator) {
   at::Tensor log_ratio = logp - ref_logp;
   if (estimator == "k1") return log_ratio;
@@ -92,10 +108,12 @@ at::Tensor normalize_advantages(const at::Tensor& advantages, const at::Tensor& 
   return out * m;
 }
 
-at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm) {
-  if (norm.mean_level == "none" && norm.std_level == "none") return scores;
+at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm,
+                             const at::Tensor& keep) {
   const at::Tensor column = scores.to(at::kFloat).unsqueeze(1);
-  return normalize_advantages(column, at::ones_like(column), norm, norm.group_size, comm).squeeze(1);
+  const at::Tensor mask = keep.defined() ? keep.to(at::kFloat).unsqueeze(1) : at::ones_like(column);
+  if (norm.mean_level == "none" && norm.std_level == "none") return (column * mask).squeeze(1);
+  return normalize_advantages(column, mask, norm, norm.group_size, comm).squeeze(1);
 }
 
 }  // namespace areal

@@ -24,6 +24,18 @@ namespace areal {
 
 double transform_reward(double reward, const ActorConfig& actor);
 
+// DAPO's soft overlong penalty (actor.overlong_reward_penalty), added to the raw reward
+// of an answer of `length` tokens: min(0, -(length - (max_new_tokens - overlong_tokens))
+// / overlong_tokens * factor), 0 up to max_new_tokens - overlong_tokens, -factor at
+// max_new_tokens.
+double overlong_penalty(int64_t length, int64_t max_new_tokens, int64_t overlong_tokens, double factor);
+
+// DAPO's dynamic sampling (actor.dynamic_sampling): 1 for the answers of groups
+// (`group_size` consecutive scores) whose scores differ, 0 for the answers of groups
+// whose scores are all equal (no signal). When no group on any rank has a signal, all
+// are kept, as AReaL does. Collective when comm is given.
+at::Tensor groups_with_signal(const at::Tensor& scores, int64_t group_size, Communicator* comm);
+
 // Per-token KL estimate of the policy that sampled (logp) from the reference (ref_logp):
 //   k1 = logp - ref,  k2 = (logp - ref)^2 / 2,  k3 = exp(ref - logp) - (ref - logp) - 1.
 at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& estimator);
@@ -32,8 +44,10 @@ at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const
 at::Tensor token_advantages(const at::Tensor& scores, const at::Tensor& kl, const at::Tensor& mask, double kl_ctl,
                             double discount, double gae_lambda);
 
-// Step 1's normalization of the scores [rows] (one value per answer).
-at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm);
+// Step 1's normalization of the scores [rows] (one value per answer). With `keep`
+// [rows] (0/1), the statistics leave out the answers of 0, which come back as 0.
+at::Tensor normalize_rewards(const at::Tensor& scores, const NormConfig& norm, Communicator* comm,
+                             const at::Tensor& keep = {});
 
 // Step 4. `comm` (may be null: this rank's rows are the batch) makes `batch`
 // statistics global; groups never straddle ranks. Collective when comm is given.

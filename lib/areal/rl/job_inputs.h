@@ -33,7 +33,7 @@ struct RlInputs {
   std::unique_ptr<Tokenizer> tokenizer;
   PromptTemplate tmpl;
   SamplingParams sampling;
-  RewardFn reward;
+  std::unique_ptr<Rewarder> reward;  // a command's workers are started here, before the init
   std::unique_ptr<PromptDataset> train;
   std::unique_ptr<PromptDataset> valid;  // null: no held-out evaluation
   TrainingSchedule schedule;

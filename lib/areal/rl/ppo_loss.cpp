@@ -21,6 +21,17 @@ PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, 
   return {loss, took_clip, dual, ratio.detach()};
 }
 
+at::Tensor sequence_level_logp(const at::Tensor& logp, const at::Tensor& base, const at::Tensor& mask,
+                               const at::Tensor& sequence) {
+  const at::Tensor ids = sequence.reshape({-1}).to(at::kLong);
+  const int64_t n = ids.numel() > 0 ? ids.max().item<int64_t>() + 1 : 0;
+  const at::Tensor m = mask.to(logp.scalar_type()).reshape({-1});
+  const at::Tensor log_ratio = (logp - base).reshape({-1}) * m;
+  const at::Tensor sums = at::zeros({n}, log_ratio.options()).index_add(0, ids, log_ratio);
+  const at::Tensor counts = at::zeros({n}, m.options()).index_add(0, ids, m).clamp_min(1);
+  return base + (sums / counts).index_select(0, ids).view(logp.sizes());
+}
+
 at::Tensor behaviour_weights(const at::Tensor& proximal_logp, const at::Tensor& behaviour_logp, double cap) {
   at::Tensor weight = (proximal_logp - behaviour_logp).exp();
   if (cap > 0) weight = at::where(weight <= cap, weight, at::zeros_like(weight));

@@ -20,6 +20,16 @@ struct PpoTokenLoss {
 PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
                             double eps_clip, double eps_clip_higher, double c_clip);
 
+// GSPO (actor.importance_sampling_level: sequence): every token's log-ratio against
+// `base` becomes its sequence's mean log-ratio over the answer tokens (`mask`), so the
+// ratio, and its clip, is one per answer: the geometric mean of its token ratios.
+// Returned as log-probs to take the ratio against `base` (base + that mean), with the
+// gradient of the mean. `sequence` names each position's sequence (row ids, as floats:
+// a packed micro-batch holds several sequences in a row); positions with mask 0 only
+// receive their sequence's value.
+at::Tensor sequence_level_logp(const at::Tensor& logp, const at::Tensor& base, const at::Tensor& mask,
+                               const at::Tensor& sequence);
+
 // Decoupled PPO (AReaL's use_decoupled_loss): the loss above is taken against the
 // proximal log-probs (the trainer's, before the update) and each token's is multiplied
 // by its behaviour importance weight exp(proximal - behaviour), set to 0 where it

@@ -43,12 +43,14 @@ struct Rollout {
   at::Tensor loss_mask;  // [rows, L - 1] 1 where the target is an answer token
   at::Tensor old_logp;   // [rows, L - 1] behaviour log-probs of the answer tokens
   std::vector<int64_t> lengths;  // real tokens per row (prompt + answer)
+  std::vector<int64_t> answer_lengths;
+  std::vector<float> truncated_rows;  // 1 where the answer hit max_new_tokens without a stop token
   std::vector<double> rewards;   // raw rewards
   int64_t answer_tokens = 0, longest_answer = 0, truncated = 0, reward_failures = 0;
 };
 
 Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
-             const Tokenizer& tokenizer, const RewardFn& reward) {
+             const Tokenizer& tokenizer, Rewarder& reward) {
   Rollout r;
   const int64_t rows = static_cast<int64_t>(answers.size());
   int64_t longest = 0;
@@ -59,6 +61,7 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
   r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
   r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
   r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
+  std::vector<RewardCall> calls;
   for (int64_t i = 0; i < rows; ++i) {
     const Prompt& prompt = *prompts[i / n_samples];
     const Generated& answer = answers[i];
@@ -70,10 +73,13 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
       r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
     }
     r.answer_tokens += a;
+    r.answer_lengths.push_back(a);
+    r.truncated_rows.push_back(answer.truncated ? 1.0f : 0.0f);
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
-    r.rewards.push_back(reward_or_zero(reward, tokenizer.decode(answer.tokens), prompt.example.answer, r.reward_failures));
+    calls.push_back({&prompt.example, tokenizer.decode(answer.tokens), prompt.ids, answer.tokens});
   }
+  r.rewards = reward.score(calls, r.reward_failures);
   return r;
 }
 
@@ -117,7 +123,7 @@ std::vector<size_t> items_of(int member, int world_size, size_t n) {
 // `chunk` prompts at a time), the share of answers with a positive reward over all
 // ranks. Collective.
 double evaluate(const PromptDataset& data, const Policy& policy, Communicator& comm, GenerationGroup& group,
-                const RankInfo& me, SamplingParams greedy, const Tokenizer& tokenizer, const RewardFn& reward,
+                const RankInfo& me, SamplingParams greedy, const Tokenizer& tokenizer, Rewarder& reward,
                 int64_t chunk) {
   greedy.greedy = true;
   RolloutModel slices(policy, group.comm.get(), policy.compute_dtype(), at::Device(me.device));
@@ -135,10 +141,14 @@ double evaluate(const PromptDataset& data, const Policy& policy, Communicator& c
     std::vector<std::vector<int64_t>> prompts;
     for (size_t k = begin; k < std::min(items.size(), begin + chunk); ++k) prompts.push_back(data[items[k]].ids);
     std::vector<Generated> answers = generate(slices, prompts, greedy, none);
+    std::vector<RewardCall> calls;
     for (size_t k = 0; k < answers.size(); ++k) {
       if (!mine[begin + k]) continue;
       const Prompt& p = data[items[begin + k]];
-      correct += reward_or_zero(reward, tokenizer.decode(answers[k].tokens), p.example.answer, failures) > 0;
+      calls.push_back({&p.example, tokenizer.decode(answers[k].tokens), p.ids, answers[k].tokens});
+    }
+    for (double r : reward.score(calls, failures)) {
+      correct += r > 0;
       count += 1;
     }
   }
@@ -155,7 +165,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   const at::ScalarType compute_dtype = policy.compute_dtype();
   const Tokenizer& tokenizer = *inputs.tokenizer;
   const SamplingParams& sampling = inputs.sampling;
-  const RewardFn& reward = inputs.reward;
+  Rewarder& reward = *inputs.reward;
   const PromptDataset& train = *inputs.train;
   const PromptDataset* valid = inputs.valid.get();
 
@@ -254,6 +264,24 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
     const double rollout_seconds = seconds_since(rollout_start);
 
+    // ---- scores: raw reward (+ DAPO's overlong penalty), transformed ----
+    std::vector<double> scores;
+    for (size_t i = 0; i < r.rewards.size(); ++i) {
+      double raw = r.rewards[i];
+      if (actor.overlong_reward_penalty)
+        raw += overlong_penalty(r.answer_lengths[i], cfg.gconfig.max_new_tokens, actor.overlong_tokens,
+                                actor.overlong_penalty_factor);
+      scores.push_back(transform_reward(raw, actor));
+    }
+    const at::Tensor score_tensor = at::tensor(scores, at::kFloat);
+    // DAPO's dynamic sampling: groups without a signal leave the step (no loss, no
+    // tokens, no part in the batch statistics).
+    at::Tensor kept;
+    if (actor.dynamic_sampling) {
+      kept = groups_with_signal(score_tensor, n_samples, &comm);
+      r.loss_mask *= kept.unsqueeze(1);
+    }
+
     // ---- advantages ----
     auto train_start = Clock::now();
     // Decoupled PPO keeps generation's log-probs as the behaviour's and recomputes the
@@ -274,9 +302,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                                actor.temperature, device);
       kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
     }
-    std::vector<double> scores;
-    for (double raw : r.rewards) scores.push_back(transform_reward(raw, actor));
-    const at::Tensor normalized = normalize_rewards(at::tensor(scores, at::kFloat), actor.reward_norm, &comm);
+    at::Tensor normalized = normalize_rewards(score_tensor, actor.reward_norm, &comm, kept);
+    if (actor.mask_no_eos_with_zero) normalized = normalized * (1 - at::tensor(r.truncated_rows, at::kFloat));
     at::Tensor advantages = token_advantages(normalized, kl, r.loss_mask, actor.kl_ctl, actor.discount,
                                              actor.gae_lambda);
     advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
@@ -291,6 +318,10 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
     int64_t updates = 0;
     const PaddedSequences sequences = sequences_of(r);
+    // GSPO: which answer each target position belongs to (packed rows hold several).
+    const at::Tensor answer_ids = actor.importance_sampling_level == "sequence"
+                                      ? at::arange(rows, at::kFloat).unsqueeze(1).expand_as(r.loss_mask).contiguous()
+                                      : at::Tensor();
     for (int64_t m = 0; m < n_minibatches; ++m) {
       const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
       const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
@@ -303,8 +334,12 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
         at::Tensor logits = mb.forward(policy);
         const at::Tensor mask = mb.lay_out(r.loss_mask);
         TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
-        PpoTokenLoss pl = ppo_token_loss(tl.logprobs, mb.lay_out(ratio_base), mb.lay_out(advantages), actor.eps_clip,
-                                         actor.eps_clip_higher, actor.c_clip);
+        const at::Tensor base = mb.lay_out(ratio_base);
+        const at::Tensor logp = answer_ids.defined()
+                                    ? sequence_level_logp(tl.logprobs, base, mask, mb.lay_out(answer_ids))
+                                    : tl.logprobs;
+        PpoTokenLoss pl = ppo_token_loss(logp, base, mb.lay_out(advantages), actor.eps_clip, actor.eps_clip_higher,
+                                         actor.c_clip);
         at::Tensor token_loss = weights.defined() ? pl.loss * mb.lay_out(weights) : pl.loss;
         at::Tensor local = (token_loss * mask).sum();
         at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
@@ -357,7 +392,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     at::Tensor sums = at::tensor({reward_sum, reward_sq, correct, static_cast<double>(rows),
                                   static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated), clipped, dual,
                                   entropy, kl_sum, static_cast<double>(r.reward_failures),
-                                  static_cast<double>(r.ids.numel())},
+                                  static_cast<double>(r.ids.numel()),
+                                  kept.defined() ? kept.sum().item<double>() : static_cast<double>(rows)},
                                  at::kDouble);
     comm.all_reduce(sums, ReduceOp::Sum);
     // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
@@ -394,6 +430,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                        {"rollout_weight_bytes", mx(4)},
                        {"rollout_cache_bytes", mx(5)},
                        {"reward_failures", s(10)}};
+    Stats extra;
+    if (actor.dynamic_sampling) extra.push_back({"dynamic_sampling_kept_share", s(12) / n});
     if (step == 0) summary.first_reward = reward_mean;
     summary.last_reward = reward_mean;
     char line[400];
@@ -407,6 +445,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     log::info(line);
     if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
     Stats logged = row;
+    logged.insert(logged.end(), extra.begin(), extra.end());
     const bool last = step + 1 == total_steps;
     if (valid && !last && evaluation_due(step + 1))
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
