@@ -131,16 +131,19 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np
   fs::remove_all(root);
 }
 
-// AReaL's other GRPO-family examples, key for key: each means what AReaL means by it
+// AReaL's other critic-free examples, key for key: each means what AReaL means by it
 // and runs two steps (the DAPO one also with dynamic sampling on).
-TEST_CASE("AReaL configs: the Dr.GRPO and GSPO and DAPO examples load with their AReaL meaning and run",
+TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO and REINFORCE examples load with their AReaL meaning and run",
           "[config][areal][binary][mpi][slow]") {
   const fs::path previous = fs::current_path();
   fs::current_path(AREAL_SOURCE_DIR);
   const Config drgrpo = load_config("tests/fixtures/areal/gsm8k_drgrpo.yaml", {});
   const Config gspo = load_config("tests/fixtures/areal/gsm8k_gspo.yaml", {});
   const Config dapo = load_config("tests/fixtures/areal/gsm8k_dapo.yaml", {});
-  for (const Config* cfg : {&drgrpo, &gspo, &dapo}) CHECK_NOTHROW(validate_config(*cfg));
+  const Config rloo = load_config("tests/fixtures/areal/gsm8k_rloo.yaml", {});
+  const Config liteppo = load_config("tests/fixtures/areal/gsm8k_liteppo.yaml", {});
+  const Config reinforce = load_config("tests/fixtures/areal/gsm8k_reinforce.yaml", {});
+  for (const Config* cfg : {&drgrpo, &gspo, &dapo, &rloo, &liteppo, &reinforce}) CHECK_NOTHROW(validate_config(*cfg));
   fs::current_path(previous);
   // Dr.GRPO: the group mean only, no division by the group's std.
   CHECK(drgrpo.actor.reward_norm.mean_level == "group");
@@ -156,13 +159,29 @@ TEST_CASE("AReaL configs: the Dr.GRPO and GSPO and DAPO examples load with their
   CHECK(dapo.actor.overlong_tokens == 8);
   CHECK(dapo.actor.overlong_penalty_factor == Approx(1.0));
   CHECK(ignored(dapo, "dynamic_bs"));
+  // RLOO: the leave-one-out group mean as the baseline, no std.
+  CHECK(rloo.actor.reward_norm.mean_level == "group");
+  CHECK(rloo.actor.reward_norm.mean_leave1out);
+  CHECK(rloo.actor.reward_norm.std_level == "none");
+  // LitePPO: the group mean, the batch std.
+  CHECK(liteppo.actor.reward_norm.mean_level == "group");
+  CHECK(liteppo.actor.reward_norm.std_level == "batch");
+  // REINFORCE++: no reward normalization (AReaL's null), batch-normalized advantages, a KL penalty.
+  CHECK(reinforce.actor.reward_norm.mean_level == "none");
+  CHECK(reinforce.actor.reward_norm.std_level == "none");
+  CHECK(reinforce.actor.adv_norm.mean_level == "batch");
+  CHECK(reinforce.actor.kl_ctl == Approx(0.001));
+  CHECK(reinforce.actor.kl_estimator == "k1");
 
   const fs::path root = fs::temp_directory_path() / ("areal_algorithms_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"gsm8k_drgrpo.yaml", "gsm8k-drgrpo"},
       {"gsm8k_gspo.yaml", "gsm8k-gspo"},
-      {"gsm8k_dapo.yaml --actor.dynamic_sampling true", "gsm8k-dapo"}};
+      {"gsm8k_dapo.yaml --actor.dynamic_sampling true", "gsm8k-dapo"},
+      {"gsm8k_rloo.yaml", "gsm8k-rloo"},
+      {"gsm8k_liteppo.yaml", "gsm8k-grpo"},  // (sic: AReaL's LitePPO file keeps GRPO's name)
+      {"gsm8k_reinforce.yaml", "gsm8k-reinforce-plus-plus"}};
   for (const auto& [args, experiment] : runs) {
     INFO(args);
     Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/" + args +
@@ -182,4 +201,31 @@ TEST_CASE("AReaL configs: the Dr.GRPO and GSPO and DAPO examples load with their
     CHECK(steps == 2);
   }
   fs::remove_all(root);
+}
+
+// What areal-train does not have is refused by name, never run as something else.
+TEST_CASE("AReaL configs: PPO with a critic, SAPO and M2PO are refused saying so", "[config][areal]") {
+  const fs::path previous = fs::current_path();
+  fs::current_path(AREAL_SOURCE_DIR);
+  CHECK_THROWS_WITH(load_config("tests/fixtures/areal/gsm8k_ppo.yaml", {}),
+                    Contains("gsm8k_ppo.yaml") && Contains("'critic'") && Contains("has no critic"));
+  fs::current_path(previous);
+  CHECK_THROWS_WITH(load_config_text("actor:\n  use_sapo_loss: true\n  sapo_tau_pos: 1.0\n", "sapo.yaml", {}),
+                    Contains("sapo.yaml") && Contains("SAPO is not built"));
+  CHECK_THROWS_WITH(load_config_text("actor:\n  m2_threshold: 0.04\n", "m2po.yaml", {}), Contains("M2PO"));
+  CHECK_THROWS_WITH(load_config_text("", "empty.yaml", {{"critic.path", "/m"}}),
+                    Contains("command line") && Contains("has no critic"));
+  // Off is fine: AReaL writes these in configs that use none of them.
+  const Config off = load_config_text("critic: null\nactor:\n  use_sapo_loss: false\n  m2_threshold: null\n",
+                                      "off.yaml", {});
+  CHECK(ignored(off, "critic"));
+  CHECK(ignored(off, "actor.use_sapo_loss"));
+}
+
+TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[config][areal][docs]") {
+  const std::string docs = text_of(AREAL_SOURCE_DIR "/docs/configuration.md");
+  for (const RefusedKey& k : refused_areal_keys()) {
+    INFO(k.pattern);
+    CHECK_THAT(docs, Contains("`" + k.pattern + "`"));
+  }
 }

@@ -2,10 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "areal/rl/reward.h"
 #include "areal/util/error.h"
+#include "run_python.h"
 
 using namespace areal;
 
@@ -30,6 +33,12 @@ TEST_CASE("numbers are equal by value, whatever their spelling", "[reward]") {
   CHECK_FALSE(math_answers_equal("1/3", "0.33"));
   CHECK_FALSE(math_answers_equal("1/0", "0"));
   CHECK(math_answers_equal("x+1", " x+1 "));  // not numbers: compared as written
+  // What a final answer carries besides its value (found by the math-verify corpus below).
+  CHECK(math_answers_equal("70 \\text{ cm}", "70"));
+  CHECK(math_answers_equal("x = -6", "-6"));
+  CHECK(math_answers_equal("68{,}941", "68941"));
+  CHECK(math_answers_equal("1\\,000", "1000"));
+  CHECK_FALSE(math_answers_equal("x = 7", "6"));
   CHECK(parse_math_number("12,345.5") == std::optional<double>(12345.5));
   CHECK_FALSE(parse_math_number("12a").has_value());
 }
@@ -139,4 +148,38 @@ TEST_CASE("a reward command that cannot run is a config error before anything lo
   CHECK_THROWS_WITH(Rewarder("command:sh -c 'exit 7'", 2, 5), Catch::Matchers::Contains("exited with status 7"));
   CHECK_THROWS_WITH(Rewarder("command:", 1, 5), Catch::Matchers::Contains("names no command"));
   CHECK_THROWS_WITH(Rewarder("bleu", 1, 5), Catch::Matchers::Contains("command:<shell command>"));
+}
+
+// The built-in `math` reward against Hugging Face math-verify (an independent
+// implementation) on a corpus of GSM8K- and MATH-style pairs that
+// tests/python/math_verify_corpus.py writes and judges. Every disagreement is printed;
+// docs/rl.md says why each kind happens.
+TEST_CASE("the built-in math reward agrees with math-verify on 1200 GSM8K and MATH style pairs", "[reward][python]") {
+  const PythonResult corpus = run_python("math_verify_corpus.py 1200 7");
+  INFO(corpus.output.substr(0, 2000));
+  REQUIRE(corpus.exit_code == 0);
+  const RewardFn math = reward_function("math");
+  int pairs = 0, agree = 0, correct = 0;
+  std::istringstream lines(corpus.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;  // math-verify's own warnings
+    const nlohmann::json row = nlohmann::json::parse(line);
+    const double ours = math(row["answer"].get<std::string>(), row["reference"].get<std::string>());
+    const int theirs = row["math_verify"].get<int>();
+    ++pairs;
+    correct += theirs;
+    if ((ours > 0) == (theirs > 0)) {
+      ++agree;
+    } else {
+      std::cout << "math reward disagrees with math-verify (ours " << ours << ", math-verify " << theirs
+                << "): answer " << row["answer"].dump() << ", reference " << row["reference"].dump() << "\n";
+    }
+  }
+  std::cout << "math reward vs math-verify: " << agree << " of " << pairs << " pairs agree (" << correct
+            << " correct by math-verify)\n";
+  REQUIRE(pairs == 1200);
+  CHECK(correct > 300);  // both verdicts are well represented
+  CHECK(correct < 900);
+  CHECK(agree >= 0.99 * pairs);
 }

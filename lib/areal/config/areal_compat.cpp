@@ -30,6 +30,8 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"*.trial_name", same_name},
       {"*.fileroot", same_name},
       {"enable_offload", "areal-train keeps the sharded training state in place while it generates"},
+      {"actor.sapo_tau_pos", "used by SAPO only, which areal-train does not have"},
+      {"actor.sapo_tau_neg", "used by SAPO only, which areal-train does not have"},
       {"dynamic_bs", "with actor.dynamic_sampling the step trains on the groups that stay (AReaL's dynamic_bs: "
                      "true); it never generates more to refill the batch"},
       {"sglang.", servers},
@@ -73,6 +75,26 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"perf_tracer.", "no perf tracer; stats.jsonl has each step's rollout and train seconds"},
   };
   return keys;
+}
+
+const std::vector<RefusedKey>& refused_areal_keys() {
+  static const std::vector<RefusedKey> keys = {
+      {"critic.", "areal-train has no critic (a value model trained beside the policy, as AReaL's PPO example "
+                  "has); train without one: GRPO, Dr.GRPO, RLOO, REINFORCE++ or DAPO (docs/rl.md)"},
+      {"actor.use_sapo_loss", "SAPO is not built in areal-train yet; use the PPO clip (actor.eps_clip, "
+                              "actor.eps_clip_higher)"},
+      {"actor.m2_threshold", "M2PO is not built in areal-train yet"},
+  };
+  return keys;
+}
+
+std::string refused_areal_key_reason(const std::string& name) {
+  for (const RefusedKey& k : refused_areal_keys()) {
+    const std::string& p = k.pattern;
+    const bool match = p.back() == '.' ? starts_with(name, p) || name == p.substr(0, p.size() - 1) : name == p;
+    if (match) return k.reason;
+  }
+  return "";
 }
 
 bool null_means_default(const std::string& option) {

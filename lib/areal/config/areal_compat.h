@@ -27,6 +27,17 @@ bool null_means_default(const std::string& option);
 // together: "a, b (why); c (why)".
 std::string ignored_keys_summary(const std::vector<std::string>& notes);
 
+// AReaL's keys of algorithms areal-train does not have (a critic, SAPO, M2PO), with
+// why: a config that turns one on is refused naming the key and the reason, never run
+// as something else. Off values (null, false) are accepted and ignored.
+struct RefusedKey {
+  std::string pattern;  // a section when it ends with '.'
+  std::string reason;
+};
+const std::vector<RefusedKey>& refused_areal_keys();
+// Why AReaL's key `name` (a dotted leaf or a section) is refused, or "".
+std::string refused_areal_key_reason(const std::string& name);
+
 // Every alias, as "areal spelling" -> "option" (for the docs and their test).
 struct OptionAlias {
   std::string areal_name;  // a prefix when it ends with '.'

@@ -44,6 +44,14 @@ bool is_group(const std::string& prefix) {
 // A normalization group (AReaL's NormConfig: actor.reward_norm, actor.adv_norm).
 bool is_norm_group(const std::string& name) { return find_option(name + ".mean_level") != nullptr; }
 
+// A value that turns nothing on: null or false (AReaL's `critic: null`, `use_sapo_loss: false`).
+bool is_off(const YAML::Node& value) {
+  if (value.IsNull()) return true;
+  if (!value.IsScalar()) return false;
+  const std::string text = value.as<std::string>();
+  return text == "false" || text == "False" || text == "null" || text == "~";
+}
+
 // Walks nested YAML maps, turning `fsdp: {memory_efficient_load: true}` into
 // "fsdp.memory_efficient_load" -> "true" with the position of the value.
 // AReaL's spellings map onto the options (canonical_option_name), AReaL's keys of
@@ -58,6 +66,11 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     const YAML::Node& value = entry.second;
     const std::string where = mark_of(source, entry.first.Mark());
     if (!find_option(name) && !is_group(name)) {
+      if (std::string why = refused_areal_key_reason(written); !why.empty()) {
+        if (!is_off(value)) throw ConfigError(cat(where, ": '", written, "': ", why));
+        ignored.add(written, value, "off; " + why);
+        continue;
+      }
       if (std::string why = ignored_areal_key_reason(written); !why.empty()) {
         ignored.add(written, value, why);
         continue;
@@ -218,6 +231,11 @@ Config build(Layer layer, IgnoredKeys ignored, const std::vector<Override>& over
     const std::string name = canonical_option_name(o.key);
     const OptionSpec* spec = find_option(name);
     if (!spec) {
+      if (std::string why = refused_areal_key_reason(o.key); !why.empty()) {
+        if (!is_off(YAML::Load(o.value))) throw ConfigError(cat("command line: '", o.key, "': ", why));
+        ignored.add(o.key, YAML::Node(o.value), "off; " + why);
+        continue;
+      }
       if (std::string why = ignored_areal_key_reason(o.key); !why.empty()) {
         ignored.add(o.key, YAML::Node(o.value), why);
         continue;

@@ -241,16 +241,21 @@ void start_backward_gathers(FsdpEngine& engine, const ForwardRecord& record, siz
 void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& target,
                           const std::function<void(size_t, at::Tensor)>& fill) {
   const at::Device device = engine.model().shard(0).device();
-  const bool alone = engine.comm().world_size() == 1;  // the flat gradient is the shard's: no reduction
-  at::Tensor block = alone ? at::empty({layout.padded_numel}, at::TensorOptions(device).dtype(engine.grad_reduce_dtype()))
-                           : engine.buffers().acquire(layout.padded_numel, engine.grad_reduce_dtype(), device);
+  at::Tensor block = engine.buffers().acquire(layout.padded_numel, engine.grad_reduce_dtype(), device);
   at::Tensor flat = block.narrow(0, 0, layout.padded_numel);
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const ParamSlot& slot = layout.params[i];
     fill(i, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
   }
   flat.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
-  if (alone) return accumulate_grad(target, flat.to(at::kFloat));
+  if (engine.comm().world_size() == 1) {  // the flat gradient is the shard's: no reduction
+    // Added into the gradient from a pooled block (a fresh buffer per use would fault in
+    // every page again); only the first use of a shard gets a gradient tensor of its own.
+    if (target.grad().defined()) target.mutable_grad().add_(flat);
+    else target.mutable_grad() = flat.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    engine.buffers().release(std::move(block));
+    return;
+  }
   if (engine.prefetch_depth() > 0) {
     engine.overlap().start_reduce(engine.buffers(), std::move(block), flat, target,
                                   static_cast<size_t>(engine.prefetch_depth()));

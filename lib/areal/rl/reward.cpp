@@ -35,10 +35,23 @@ std::optional<double> parse_plain(std::string s) {
   return std::stod(cleaned);
 }
 
+// A final answer without what it carries besides its value: text units
+// ("\text{ cm}"), LaTeX's thousands separator "{,}", spacing commands, and a single
+// variable's "x =" in front (math-verify reads these the same way).
+std::string strip_decorations(const std::string& raw) {
+  static const std::regex text_units(R"(\\(text|mbox|mathrm)\{[^{}]*\})");
+  static const std::regex spacing(R"(\\[!,;: ])");
+  static const std::regex variable(R"(^\s*[A-Za-z]\s*=\s*)");
+  std::string text = std::regex_replace(raw, text_units, "");
+  text = std::regex_replace(text, spacing, "");
+  for (size_t at; (at = text.find("{,}")) != std::string::npos;) text.replace(at, 3, ",");
+  return trim(std::regex_replace(text, variable, ""));
+}
+
 }  // namespace
 
 std::optional<double> parse_math_number(const std::string& raw) {
-  std::string text = trim(raw);
+  std::string text = strip_decorations(raw);
   static const std::regex frac(R"(^(-?)\\d?frac\{([^{}]+)\}\{([^{}]+)\}$)");
   std::smatch m;
   std::string numerator, denominator, sign;

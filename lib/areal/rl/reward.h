@@ -2,7 +2,8 @@
 //   exact_match  the answer equals the reference after trimming whitespace
 //   math         the final answer of a math solution (the last \boxed{...}, else what
 //                follows "####" as in GSM8K, else the last number) equals the
-//                reference numerically: "0.5" = "1/2" = "\frac{1}{2}", "1,000" = "1000"
+//                reference numerically: "0.5" = "1/2" = "\frac{1}{2}", "1,000" = "1000",
+//                units, "x =" and LaTeX spacing aside: "x = 70 \text{ cm}" = "70", "1{,}000"
 #pragma once
 
 #include <cstdint>
