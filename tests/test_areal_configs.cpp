@@ -133,7 +133,7 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np
 
 // AReaL's other critic-free examples, key for key: each means what AReaL means by it
 // and runs two steps (the DAPO one also with dynamic sampling on).
-TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO and REINFORCE examples load with their AReaL meaning and run",
+TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA examples load with their AReaL meaning and run",
           "[config][areal][binary][mpi][slow]") {
   const fs::path previous = fs::current_path();
   fs::current_path(AREAL_SOURCE_DIR);
@@ -143,7 +143,9 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO and REINFORCE examp
   const Config rloo = load_config("tests/fixtures/areal/gsm8k_rloo.yaml", {});
   const Config liteppo = load_config("tests/fixtures/areal/gsm8k_liteppo.yaml", {});
   const Config reinforce = load_config("tests/fixtures/areal/gsm8k_reinforce.yaml", {});
-  for (const Config* cfg : {&drgrpo, &gspo, &dapo, &rloo, &liteppo, &reinforce}) CHECK_NOTHROW(validate_config(*cfg));
+  const Config lora = load_config("tests/fixtures/areal/gsm8k_grpo_lora.yaml", {});
+  for (const Config* cfg : {&drgrpo, &gspo, &dapo, &rloo, &liteppo, &reinforce, &lora})
+    CHECK_NOTHROW(validate_config(*cfg));
   fs::current_path(previous);
   // Dr.GRPO: the group mean only, no division by the group's std.
   CHECK(drgrpo.actor.reward_norm.mean_level == "group");
@@ -172,6 +174,14 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO and REINFORCE examp
   CHECK(reinforce.actor.adv_norm.mean_level == "batch");
   CHECK(reinforce.actor.kl_ctl == Approx(0.001));
   CHECK(reinforce.actor.kl_estimator == "k1");
+  // GRPO with LoRA: AReaL's use_lora through ${rollout.use_lora}, rank 16 on every linear layer.
+  CHECK(lora.actor.use_lora);
+  CHECK(lora.actor.lora_rank == 16);
+  CHECK(lora.actor.lora_alpha == 16);
+  CHECK(lora.actor.target_modules == std::vector<std::string>{"all-linear"});
+  CHECK(lora.optimizer.lr == Approx(1.7e-4));
+  CHECK(ignored(lora, "rollout.use_lora"));
+  CHECK(ignored(lora, "gconfig.lora_name"));
 
   const fs::path root = fs::temp_directory_path() / ("areal_algorithms_" + std::to_string(::getpid()));
   fs::remove_all(root);
@@ -181,15 +191,17 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO and REINFORCE examp
       {"gsm8k_dapo.yaml --actor.dynamic_sampling true", "gsm8k-dapo"},
       {"gsm8k_rloo.yaml", "gsm8k-rloo"},
       {"gsm8k_liteppo.yaml", "gsm8k-grpo"},  // (sic: AReaL's LitePPO file keeps GRPO's name)
-      {"gsm8k_reinforce.yaml", "gsm8k-reinforce-plus-plus"}};
+      {"gsm8k_reinforce.yaml", "gsm8k-reinforce-plus-plus"},
+      {"gsm8k_grpo_lora.yaml", "gsm8k-grpo"}};
   for (const auto& [args, experiment] : runs) {
     INFO(args);
+    const fs::path fileroot = root / args.substr(0, args.find('.'));  // LitePPO and LoRA keep GRPO's name
     Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/" + args +
-                   " cluster.fileroot=" + root.string());
+                   " cluster.fileroot=" + fileroot.string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     int steps = 0;
-    for (const auto& row : read_jsonl(root / experiment / "trial0" / "stats.jsonl")) {
+    for (const auto& row : read_jsonl(fileroot / experiment / "trial0" / "stats.jsonl")) {
       if (!row.contains("loss")) continue;
       ++steps;
       if (experiment == "gsm8k-dapo") {

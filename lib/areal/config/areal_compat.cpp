@@ -58,6 +58,8 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"rollout.consumer_batch_size", sync},
       {"rollout.max_head_offpolicyness", sync},
       {"rollout.tokenizer_path", "the rollout uses tokenizer_path"},
+      {"rollout.use_lora", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
+      {"gconfig.lora_name", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
       {"rollout.dump_to_file", "answers are not dumped; stats.jsonl has each step's figures"},
       {"rollout.enable_rollout_tracing", "no request tracing (no requests: generation is in-process)"},
       {"rollout.check_trajectory_format", "no custom workflows"},
