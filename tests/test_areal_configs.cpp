@@ -241,3 +241,38 @@ TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[conf
     CHECK_THAT(docs, Contains("`" + k.pattern + "`"));
   }
 }
+
+// AReaL's SFT example: its engine section is `model:` (the RL configs' `actor:`), its
+// backend the engine's name alone. It loads with AReaL's meaning and trains two steps.
+TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and trains", "[config][areal][binary][mpi]") {
+  const fs::path previous = fs::current_path();
+  fs::current_path(AREAL_SOURCE_DIR);
+  const Config sft = load_config("tests/fixtures/areal/gsm8k_sft.yaml", {});
+  CHECK_NOTHROW(validate_config(sft));
+  fs::current_path(previous);
+  CHECK(sft.job == "sft");
+  CHECK(sft.model_path == "tests/fixtures/models/tiny_chat");
+  CHECK(sft.tokenizer_path == "tests/fixtures/models/tiny_chat");  // ${model.path}
+  CHECK(sft.actor.backend == "fsdp");
+  CHECK(sft.actor.mb_spec.max_tokens_per_mb == 4096);
+  CHECK_FALSE(sft.actor.gradient_checkpointing);
+  CHECK(sft.optimizer.beta2 == Approx(0.95));
+  CHECK(sft.optimizer.eps == Approx(1e-5));
+  CHECK(sft.optimizer.lr_scheduler_type == "cosine");
+  CHECK(sft.train_dataset.type == "sft");
+  CHECK(ignored(sft, "launcher"));
+  // Both spellings of one option are still refused.
+  CHECK_THROWS_WITH(load_config_text("model:\n  dtype: float32\nactor:\n  dtype: bfloat16\n", "both.yaml", {}),
+                    Contains("set twice"));
+
+  const fs::path root = fs::temp_directory_path() / ("areal_sft_example_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/gsm8k_sft.yaml"
+                 " cluster.fileroot=" + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  int steps = 0;
+  for (const auto& row : read_jsonl(root / "gsm8k-sft" / "trial0" / "stats.jsonl")) steps += row.contains("loss");
+  CHECK(steps == 2);
+  fs::remove_all(root);
+}

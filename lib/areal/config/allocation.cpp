@@ -45,6 +45,8 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
       default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c"));
     }
   }
+  // AReaL's SFT config names the training engine alone (`backend: fsdp`): every rank.
+  if (!generation && dims.empty()) return shape;  // data 0: the world size (check_allocation_against_world)
   if (shape.data == 0) return refuse("gives no data-parallel size 'dN'");
   if (pipeline != 1) return refuse("asks for pipeline parallelism, which areal-train does not have (use p1)");
   if (context != 1) return refuse("asks for context parallelism, which areal-train does not have (use c1)");
@@ -81,6 +83,7 @@ Allocation parse_allocation(const Config& cfg) {
 
 void check_allocation_against_world(Allocation& a, int world_size) {
   if (a.actor.engine.empty()) a.actor = {"fsdp", world_size, 1};
+  if (a.actor.data == 0) a.actor.data = world_size;  // `fsdp` alone
   const bool rollout_given = !a.rollout.engine.empty();
   if (!rollout_given) a.rollout = {"", a.actor.data, 1};  // every training rank generates alone
   if (a.rollout.ranks() == world_size && a.actor.ranks() == world_size) return;  // colocated

@@ -9,11 +9,17 @@ namespace areal {
 const std::vector<OptionAlias>& option_aliases() {
   // AReaL nests these under the actor's engine config; areal-train has one model and
   // one optimizer, declared at the top.
+  // AReaL's SFT config calls its engine `model` where the RL configs say `actor`.
   static const std::vector<OptionAlias> aliases = {
       {"actor.path", "model_path"},
       {"actor.init_from_scratch", "init_from_scratch"},
       {"actor.optimizer.", "optimizer."},
       {"actor.fsdp.", "fsdp."},
+      {"model.path", "model_path"},
+      {"model.init_from_scratch", "init_from_scratch"},
+      {"model.optimizer.", "optimizer."},
+      {"model.fsdp.", "fsdp."},
+      {"model.", "actor."},
   };
   return aliases;
 }

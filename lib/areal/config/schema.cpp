@@ -333,7 +333,9 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.answer_key).doc("JSONL field holding the reference answer (job=rl)."),
       OPTION(valid_dataset.path).doc("Held-out prompts for greedy evaluation (job=rl): JSONL or `builtin:<task>` "
                                      "(empty: no evaluation)."),
-      OPTION(valid_dataset.type).doc("Dataset kind (`rl`: held-out prompts and reference answers).").choices({"rl"}),
+      OPTION(valid_dataset.type).doc("Dataset kind: `rl` (held-out prompts and reference answers, job=rl), or "
+                                     "`sft` (AReaL's SFT config; read, not used yet: job=sft has no evaluation).")
+          .choices({"rl", "sft"}),
       OPTION(valid_dataset.batch_size).doc("Answers generated at once per rank during evaluation.").at_least(1),
       OPTION(valid_dataset.shuffle).doc("Unused for evaluation (every prompt is evaluated once)."),
       OPTION(valid_dataset.drop_last).doc("Unused for evaluation (every prompt is evaluated once)."),

@@ -80,6 +80,8 @@ void validate_config(const Config& cfg) {
   }
   if (cfg.job == "rl" && cfg.train_dataset.type == "sft")
     throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
+  if (cfg.job == "rl" && cfg.valid_dataset.type == "sft")
+    throw ConfigError("option 'valid_dataset.type' = sft is for job=sft; job=rl evaluates on prompts (type rl)");
   if (cfg.job == "rl" || cfg.job == "sft") {
     check_not_hub_id("train_dataset.path", cfg.train_dataset.path, " --repo-type dataset");
     if (cfg.job == "rl") check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
