@@ -12,6 +12,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/rl/async_rl.h"
 #include "areal/rl/job_inputs.h"
 #include "areal/rl/rl_trainer.h"
 #include "areal/rl/sft_trainer.h"
@@ -53,25 +54,34 @@ int run_job(const areal::Config& cfg) {
   areal::RankInfo me = areal::bootstrap(cfg);
   areal::log::configure(me.rank, me.world_size, cfg.log.level, cfg.log.all_ranks);
   areal::log::info(areal::cat("bootstrap: world_size=", me.world_size, ", NCCL ", areal::nccl_version()));
-  areal::log::info(areal::describe_allocation(areal::allocation_for_world(cfg, me.world_size)));
-  std::string placement = areal::placement_table(me);
+  const areal::Allocation allocation = areal::allocation_for_world(cfg, me.world_size);
+  areal::log::info(areal::describe_allocation(allocation));
+  std::string placement = areal::placement_table(me, areal::rank_role(allocation, me.rank));
   areal::log::info("placement:" + placement);
+  // With separate generation ranks the first trainer speaks for the job.
+  areal::log::configure(me.rank, me.world_size, cfg.log.level, cfg.log.all_ranks,
+                        static_cast<int>(allocation.generation_ranks()));
   {
     // Everything the config, the world size and config.json decide is checked before
     // the (possibly long) load.
-    areal::JobInputs inputs = areal::prepare_job(cfg, me, areal::init_model_config(cfg));
+    const areal::ModelConfig model = areal::init_model_config(cfg);
+    areal::JobInputs inputs = areal::prepare_job(cfg, me, model);
     areal::Communicator comm(me, cfg.cluster.collective_timeout);
-    areal::InitResult init = areal::staged_init(cfg, me, comm);
-    areal::InitReport report = areal::gather_init_report(init, comm);
-    if (me.rank == 0) {
-      areal::log::info(areal::format_init_table(report));
-      std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
-      areal::log::info("stage figures written to " + path);
-    }
-    if (inputs.sft || inputs.rl) {
-      areal::Policy policy(cfg, *init.model, comm);
-      if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, policy);
-      if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, policy);
+    if (allocation.separate) {  // asynchronous RL (prepare_job refuses other jobs)
+      areal::run_async_rl(cfg, *inputs.rl, model, me, allocation, comm);
+    } else {
+      areal::InitResult init = areal::staged_init(cfg, me, comm);
+      areal::InitReport report = areal::gather_init_report(init, comm);
+      if (me.rank == 0) {
+        areal::log::info(areal::format_init_table(report));
+        std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
+        areal::log::info("stage figures written to " + path);
+      }
+      if (inputs.sft || inputs.rl) {
+        areal::Policy policy(cfg, *init.model, comm);
+        if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, policy);
+        if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, policy);
+      }
     }
   }
   areal::finalize();

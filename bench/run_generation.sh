@@ -12,14 +12,7 @@
 #   bench/run_generation.sh            # the full benchmark (a few minutes on 2 cores)
 #   SMOKE=1 bench/run_generation.sh    # the tiny test model, 4 rows x 8 tokens
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
-bash "$AREAL_ROOT/scripts/build.sh" >/dev/null
-cd "$AREAL_ROOT"
-PY="$AREAL_PYTHON_BIN"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-results="${RESULTS_DIR:-$AREAL_ROOT/bench/results}"
-mkdir -p "$results"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 if [ -n "${SMOKE:-}" ]; then
   model=tests/fixtures/models/tiny_chat; SHAPES="${SHAPES:-4x8}"; PROMPT_LEN=8; label=smoke
   STOP_SHAPES="${STOP_SHAPES:-4x8}"; STOPS="${STOPS:-8}"; TP_SHAPE="${TP_SHAPE:-4x8}"

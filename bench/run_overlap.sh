@@ -10,15 +10,7 @@
 #   SMOKE=1 bench/run_overlap.sh          # the tiny test model, N = 2, a few seconds
 #   NP=1 DTYPE=bfloat16 bench/run_overlap.sh   # one GPU (scripts/gpu_check.sh; NCCL takes one rank per GPU)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
-bash "$AREAL_ROOT/scripts/build.sh" >/dev/null
-cd "$AREAL_ROOT"
-models="${AREAL_BENCH_MODELS:-$HOME/.cache/areal-train/bench}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-results="${RESULTS_DIR:-$AREAL_ROOT/bench/results}"
-mkdir -p "$models" "$results"
-PY="$AREAL_PYTHON_BIN"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 if [ -n "${SMOKE:-}" ]; then
   model=tests/fixtures/models/tiny_chat; NP="${NP:-2}"; STEPS="${STEPS:-3}"; SEQ="${SEQ:-32}"; REPEATS="${REPEATS:-1}"

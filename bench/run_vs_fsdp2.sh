@@ -15,15 +15,7 @@
 #   bench/run_vs_fsdp2.sh                              # the full benchmark (~0.5 B init, 74 M training)
 #   SMOKE=1 bench/run_vs_fsdp2.sh                      # tiny models, N=2 only: the CI smoke run
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
-bash "$AREAL_ROOT/scripts/build.sh" >/dev/null
-cd "$AREAL_ROOT"
-models="${AREAL_BENCH_MODELS:-$HOME/.cache/areal-train/bench}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-results="${RESULTS_DIR:-$AREAL_ROOT/bench/results}"
-mkdir -p "$models" "$results"
-PY="$AREAL_PYTHON_BIN"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 export AREAL_BENCH_DEVICE="${AREAL_BENCH_DEVICE:-auto}"
 
 if [ -n "${SMOKE:-}" ]; then

@@ -65,8 +65,8 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example loads as written, with AReaL's 
   CHECK(cfg.evaluator.freq_epochs == 1);
   CHECK(cfg.recover.freq_secs == 3600);
   // What areal-train does differently is read and listed, not used.
-  for (const char* key : {"enable_offload", "cluster.n_nodes", "cluster.name_resolve", "scheduler", "rollout.queue_size",
-                          "rollout.max_head_offpolicyness", "rollout.experiment_name", "actor.weight_update_mode",
+  for (const char* key : {"enable_offload", "cluster.n_nodes", "cluster.name_resolve", "scheduler",
+                          "rollout.experiment_name", "actor.weight_update_mode",
                           "actor.scheduling_spec", "ref", "sglang", "vllm", "train_dataset.num_workers",
                           "stats_logger.wandb", "perf_tracer", "saver.fileroot"}) {
     INFO(key);
@@ -74,7 +74,12 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example loads as written, with AReaL's 
   }
   // The warning's line: the keys of one reason together.
   CHECK_THAT(ignored_keys_summary({"a: why 1", "b: why 2", "c: why 1"}), Contains("a, c (why 1); b (why 2)"));
-  // Options are never listed as ignored.
+  // Options are never listed as ignored; AReaL's queue options are read as written.
+  CHECK(cfg.rollout.max_head_offpolicyness == 2);
+  CHECK(cfg.rollout.consumer_batch_size == cfg.train_dataset.batch_size);
+  CHECK(cfg.rollout.max_concurrent_rollouts == 256);
+  CHECK(cfg.rollout.queue_size == 0);
+  CHECK_FALSE(ignored(cfg, "rollout.max_head_offpolicyness"));
   CHECK_FALSE(ignored(cfg, "actor.path"));
   CHECK_FALSE(ignored(cfg, "actor.optimizer"));
 }

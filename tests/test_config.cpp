@@ -326,8 +326,16 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   CHECK_THAT(error_of([&] { shapes("areal:t2", "", "static", 2); }), Contains("no data-parallel size"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d4", "static", 2); }), Contains("asks for 4") && Contains("has 2"));
   CHECK_THAT(error_of([&] { shapes("areal:d1t4", "", "static", 2); }), Contains("asks for 4 generation ranks"));
-  // Shapes that add up to the world size are separate groups: asynchronous RL, not built yet.
-  CHECK_THAT(error_of([&] { shapes("", "", "sglang:d1t2+fsdp:d2", 4); }), Contains("asynchronous RL"));
+  // Shapes that add up to the world size are separate groups (asynchronous RL): the
+  // first ranks generate, the others train.
+  Allocation apart = shapes("", "", "sglang:d1t2+fsdp:d2", 4);
+  CHECK((apart.separate && apart.generation_ranks() == 2 && apart.tensor_parallel() == 2));
+  CHECK((!apart.trains(0) && !apart.trains(1) && apart.trains(2) && apart.trains(3)));
+  CHECK_THAT(describe_allocation(apart), Contains("ranks 0-1 generate") && Contains("ranks 2-3 train"));
+  Allocation one_one = shapes("areal:d1t1", "fsdp:d1", "static", 2);
+  CHECK((one_one.separate && one_one.generation_ranks() == 1 && one_one.trains(1)));
+  CHECK((!plain.separate && plain.generation_ranks() == 0 && plain.trains(0)));
+  CHECK_THAT(error_of([&] { shapes("areal:d1t1", "fsdp:d2", "static", 4); }), Contains("asks for 2 training ranks"));
 }
 
 TEST_CASE("config: AReaL's NormConfig sections: null is off, a section given takes AReaL's defaults",

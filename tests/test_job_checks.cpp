@@ -30,13 +30,17 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   const fs::path two_rows = root / "two_rows.jsonl";
   std::ofstream(two_rows) << R"({"question": "1+1=", "answer": "2", "text": "1+1=2"})" "\n"
                           << R"({"question": "2+2=", "answer": "4", "text": "2+2=4"})" "\n";
+  const fs::path three_rows = root / "three_rows.jsonl";
+  std::ofstream(three_rows) << R"({"question": "1+1=", "answer": "2"})" "\n"
+                            << R"({"question": "2+2=", "answer": "4"})" "\n"
+                            << R"({"question": "3+3=", "answer": "6"})" "\n";
   const std::string rl = " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() + " ";
   const std::string sft = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                           " --cluster.fileroot " + root.string() + " ";
   const std::vector<BadCase> cases = {
       {"LoRA target module", rl + "actor.use_lora=true actor.target_modules=[q_proj,qq_proj]", "qq_proj"},
       {"batch vs world size", rl + "train_dataset.batch_size=3",
-       "'train_dataset.batch_size' = 3 must be a multiple of the world size (2)"},
+       "'train_dataset.batch_size' = 3 must be a multiple of the training ranks (2)"},
       {"reward function", rl + "reward_fn=f1", "reward_fn"},
       {"reward command not found", rl + "'reward_fn=command:no_such_reward_program --x'", "no_such_reward_program"},
       {"reward command that exits at once", rl + "'reward_fn=command:sh -c \"exit 7\"'", "exited with status 7"},
@@ -52,7 +56,15 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "max_position_embeddings (256)"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
-      {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the world size (2)"},
+      {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "
+                                                       "--actor.backend fsdp:d1",
+       "only job=rl uses (asynchronous RL)"},
+      {"consumer batch vs batch", rl + "rollout.consumer_batch_size=3",
+       "'rollout.consumer_batch_size' = 3 must equal 'train_dataset.batch_size' = 4"},
+      {"async: a partial last batch", rl + "rollout.backend=areal:d1t1 actor.backend=fsdp:d1 train_dataset.drop_last=false "
+                                           "train_dataset.path=" + three_rows.string() + " train_dataset.batch_size=2",
+       "cannot number; set it true"},
+      {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the training ranks (2)"},
       {"sft tokenizer vs vocab", " --job sft --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load "
                                  "true --train_dataset.path " + two_rows.string() + " --train_dataset.batch_size 2 "
                                  "--cluster.fileroot " + root.string(),

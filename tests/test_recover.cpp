@@ -226,7 +226,7 @@ void check_rl_resume(const std::string& label, const std::string& extra) {
   CHECK(std::abs(want[4]["kl"].get<double>()) > 0);
   CHECK(want[3].contains("eval_accuracy"));
   check_same_stats(read_jsonl(run_dir("killed") / "stats.jsonl"), want,
-                   {"rollout_seconds", "train_seconds", "gen_tokens_per_second", "train_tokens_per_second",
+                   {"rollout_seconds", "train_seconds", "step_seconds", "gen_tokens_per_second", "train_tokens_per_second",
                     "peak_memory_bytes"});
   for (const char* file : {"model.safetensors", "adapter_model.safetensors"}) {
     INFO(file);

@@ -164,7 +164,7 @@ TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][bi
   CHECK_THAT(reward.output, Contains("reward_fn") && Contains("exact_match"));
   Result odd = run(base + "--train_dataset.path builtin:arithmetic/train --train_dataset.batch_size 3");
   CHECK(odd.exit_code != 0);
-  CHECK_THAT(odd.output, Contains("'train_dataset.batch_size' = 3 must be a multiple of the world size (2)"));
+  CHECK_THAT(odd.output, Contains("'train_dataset.batch_size' = 3 must be a multiple of the training ranks (2)"));
   const fs::path unsupported = root / "wordpiece";
   fs::create_directories(unsupported);
   std::ofstream(unsupported / "tokenizer.json") << R"({"model": {"type": "WordPiece", "vocab": {}}})";

@@ -87,20 +87,18 @@ void check_allocation_against_world(Allocation& a, int world_size) {
   const bool rollout_given = !a.rollout.engine.empty();
   if (!rollout_given) a.rollout = {"", a.actor.data, 1};  // every training rank generates alone
   if (a.rollout.ranks() == world_size && a.actor.ranks() == world_size) return;  // colocated
-  if (rollout_given && a.rollout.ranks() + a.actor.ranks() == world_size)
-    throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' ask for ", a.rollout.ranks(),
-                          " generation ranks beside ", a.actor.ranks(),
-                          " training ranks: separate generation and training ranks are asynchronous RL, which "
-                          "areal-train does not have yet; give shapes that each cover all ", world_size,
-                          " ranks (e.g. rollout.backend=areal:d", std::max<int64_t>(1, world_size / a.rollout.tensor),
-                          "t", a.rollout.tensor, " actor.backend=fsdp:d", world_size, ")"));
+  if (rollout_given && a.rollout.ranks() + a.actor.ranks() == world_size) {
+    a.separate = true;  // asynchronous RL: the first ranks generate, the others train
+    return;
+  }
   if (a.actor.ranks() != world_size)
     throw ConfigError(cat("option 'actor.backend': 'fsdp:d", a.actor.data, "' asks for ", a.actor.ranks(),
                           " training ranks but the job has ", world_size, " (launch with mpirun -np ",
                           a.actor.ranks(), ", or leave actor.backend empty)"));
   throw ConfigError(cat("option 'rollout.backend': '", a.rollout.engine, ":d", a.rollout.data, "t", a.rollout.tensor,
                         "' asks for ", a.rollout.ranks(), " generation ranks (d x t) but the job has ", world_size,
-                        " and generation runs on the training ranks; use d x t = ", world_size));
+                        ": use d x t = ", world_size, " (colocated: every rank generates and trains) or d x t = ",
+                        world_size, " - actor.backend's ranks (separate generation ranks, asynchronous RL)"));
 }
 
 Allocation allocation_for_world(const Config& cfg, int world_size) {
@@ -114,7 +112,10 @@ std::string describe_allocation(const Allocation& a) {
   return cat("generation: ", a.rollout.data, a.rollout.data == 1 ? " replica" : " replicas", " x ", a.rollout.tensor,
              " tensor-parallel ", a.rollout.tensor == 1 ? "rank" : "ranks",
              builtin_name ? "" : cat(" (the built-in engine in the shape of ", a.rollout.engine, ")"),
-             "; training: FSDP over ", a.actor.data, a.actor.data == 1 ? " rank" : " ranks", "; colocated");
+             "; training: FSDP over ", a.actor.data, a.actor.data == 1 ? " rank" : " ranks",
+             a.separate ? cat("; separate (asynchronous RL): ranks 0-", a.generation_ranks() - 1, " generate, ranks ",
+                              a.generation_ranks(), "-", a.generation_ranks() + a.actor.ranks() - 1, " train")
+                        : std::string("; colocated"));
 }
 
 }  // namespace areal

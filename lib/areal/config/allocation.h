@@ -23,6 +23,12 @@ struct Allocation {
   EngineShape actor;
   // Set once the world size is known (check_allocation_against_world).
   int64_t tensor_parallel() const { return rollout.tensor; }
+  // Separate groups (asynchronous RL): ranks [0, generation_ranks()) only generate, the
+  // others only train. Colocated: every rank does both.
+  bool separate = false;
+  int64_t generation_ranks() const { return separate ? rollout.ranks() : 0; }
+  // Whether world rank `rank` trains (holds FSDP shards).
+  bool trains(int rank) const { return rank >= generation_ranks(); }
 };
 
 // Parses `text` as option `option`'s shape; throws ConfigError naming the option.
@@ -33,8 +39,8 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
 Allocation parse_allocation(const Config& cfg);
 
 // Fills in the shapes left to the world size and throws ConfigError when the shapes
-// ask for a different number of ranks than the job has, or for separate generation
-// ranks (asynchronous RL, not built yet).
+// ask for a different number of ranks than the job has. Shapes that each cover the
+// world are colocated; generation and training ranks that add up to it are separate.
 void check_allocation_against_world(Allocation& allocation, int world_size);
 
 // Both of the above: the job's shapes for `world_size` ranks (what bootstrap checks,
@@ -42,7 +48,8 @@ void check_allocation_against_world(Allocation& allocation, int world_size);
 Allocation allocation_for_world(const Config& cfg, int world_size);
 
 // The placement, for the start-up log: "generation: 1 replica x 2 tensor-parallel
-// ranks (built-in engine); training: FSDP over 2 ranks; colocated".
+// ranks; training: FSDP over 2 ranks; colocated" (or "separate: ranks 0-1 generate,
+// ranks 2-3 train").
 std::string describe_allocation(const Allocation& allocation);
 
 }  // namespace areal

@@ -28,9 +28,6 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
   const std::string same_name = "areal-train takes it from the top level (experiment_name, trial_name, cluster.fileroot)";
   const std::string servers = "generation runs in areal-train's own engine (rollout.backend), not in an inference server";
   const std::string launch = "mpirun or srun starts the ranks; they meet through MPI";
-  const std::string sync =
-      "the synchronous loop generates every batch with the current weights (staleness 0, within any bound), "
-      "one batch of train_dataset.batch_size prompts at a time";
   static const std::vector<IgnoredKey> keys = {
       {"*.experiment_name", same_name},
       {"*.trial_name", same_name},
@@ -59,10 +56,6 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"actor.mb_spec.n_mbs", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
       {"actor.mb_spec.granularity", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
       {"actor.mb_spec.n_mbs_divisor", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
-      {"rollout.max_concurrent_rollouts", sync},
-      {"rollout.queue_size", sync},
-      {"rollout.consumer_batch_size", sync},
-      {"rollout.max_head_offpolicyness", sync},
       {"rollout.tokenizer_path", "the rollout uses tokenizer_path"},
       {"rollout.use_lora", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
       {"gconfig.lora_name", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
@@ -111,7 +104,7 @@ bool null_means_default(const std::string& option) {
       "recover.freq_steps", "recover.freq_secs", "evaluator.freq_epochs", "evaluator.freq_steps",
       "evaluator.freq_secs", "train_dataset.max_length", "valid_dataset.max_length", "actor.eps_clip_higher",
       "actor.c_clip", "actor.behav_imp_weight_cap", "actor.mb_spec.max_tokens_per_mb", "stats_logger.tensorboard.path",
-      "rollout.max_running_requests", "actor.overlong_tokens", "actor.overlong_penalty_factor"};
+      "rollout.max_running_requests", "rollout.max_concurrent_rollouts", "rollout.queue_size", "actor.overlong_tokens", "actor.overlong_penalty_factor"};
   return std::find(nullable.begin(), nullable.end(), option) != nullable.end();
 }
 

@@ -102,6 +102,11 @@ struct ActorConfig {
 struct RolloutConfig {
   std::string backend;  // `areal:dDtT` (or AReaL's sglang:/vllm: spelling); empty: t = 1 on every rank
   int64_t max_running_requests = 0;  // answers a generation group decodes at once; 0: all of the step's
+  // Asynchronous RL (separate generation ranks), AReaL's names; in groups (prompts).
+  int64_t max_concurrent_rollouts = 0;  // groups generated at once over all replicas; 0: consumer_batch_size
+  int64_t queue_size = 0;               // finished groups waiting for the trainer, at most; 0: no bound but eta's
+  int64_t consumer_batch_size = 0;      // groups per training step; 0: train_dataset.batch_size
+  int64_t max_head_offpolicyness = 0;   // eta: versions a trained sample may lag; 0: synchronous
 };
 
 struct GenerationConfig {

@@ -301,13 +301,32 @@ std::vector<OptionSpec> declare_options() {
 
       // ---- generation ----
       OPTION(rollout.backend)
-          .doc("Generation shape `areal:dDtT`: D replicas of T tensor-parallel ranks each (D x T = the world "
-               "size; every rank also trains). AReaL's `sglang:dDtT` / `vllm:dDtT` mean the built-in engine of "
+          .doc("Generation shape `areal:dDtT`: D replicas of T tensor-parallel ranks each. D x T = the world "
+               "size: every rank also trains (colocated, synchronous); D x T + actor.backend's ranks = the "
+               "world size: the first D x T ranks only generate, the others only train (asynchronous RL, "
+               "docs/rl.md). AReaL's `sglang:dDtT` / `vllm:dDtT` mean the built-in engine of "
                "the same shape. Empty: every rank generates alone (t = 1)."),
       OPTION(rollout.max_running_requests)
           .doc("Answers a generation group decodes at once (SGLang's name); a finished answer's row is "
                "refilled from the waiting ones at once (continuous batching). 0: all of the step's answers "
                "at once.")
+          .at_least(0),
+      OPTION(rollout.max_head_offpolicyness)
+          .doc("Asynchronous RL (separate generation ranks): the most weight versions a trained answer's "
+               "first token may lag behind the trainer's (AReaL's eta). Generation holds back new prompts "
+               "that would exceed it; 0 is synchronous. The synchronous loop is always at 0.")
+          .at_least(0),
+      OPTION(rollout.consumer_batch_size)
+          .doc("Groups (prompts with their gconfig.n_samples answers) the trainer takes from the queue per "
+               "step; it must equal train_dataset.batch_size. 0: train_dataset.batch_size.")
+          .at_least(0),
+      OPTION(rollout.max_concurrent_rollouts)
+          .doc("Asynchronous RL: groups being generated at once over all generation replicas (AReaL's "
+               "name). 0: rollout.consumer_batch_size.")
+          .at_least(0),
+      OPTION(rollout.queue_size)
+          .doc("Asynchronous RL: finished groups waiting for the trainer, at most; generation holds back new "
+               "prompts while the queue is full. 0: no bound but max_head_offpolicyness's.")
           .at_least(0),
       OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
       OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),

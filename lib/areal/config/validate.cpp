@@ -78,6 +78,12 @@ void validate_config(const Config& cfg) {
       throw ConfigError(cat("option 'gconfig.min_new_tokens' = ", cfg.gconfig.min_new_tokens,
                             " is more than 'gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens));
   }
+  if (cfg.job == "rl" && cfg.rollout.consumer_batch_size != 0 &&
+      cfg.rollout.consumer_batch_size != cfg.train_dataset.batch_size)
+    throw ConfigError(cat("option 'rollout.consumer_batch_size' = ", cfg.rollout.consumer_batch_size,
+                          " must equal 'train_dataset.batch_size' = ", cfg.train_dataset.batch_size,
+                          ": a training step takes one batch of groups from the queue (0 or ${train_dataset.batch_size} "
+                          "says so)"));
   if (cfg.job == "rl" && cfg.train_dataset.type == "sft")
     throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
   if (cfg.job == "rl" && cfg.valid_dataset.type == "sft")

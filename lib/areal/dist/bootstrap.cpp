@@ -93,11 +93,11 @@ RankInfo bootstrap(const Config& cfg) {
   return info;
 }
 
-std::string placement_table(const RankInfo& me) {
+std::string placement_table(const RankInfo& me, const std::string& role) {
   constexpr int kLine = 256;
   char line[kLine] = {};
   std::string text = cat("rank ", me.rank, ": host ", me.host, ", local rank ", me.local_rank, "/",
-                         me.local_world_size, ", device ", me.device);
+                         me.local_world_size, ", device ", me.device, role.empty() ? "" : ", " + role);
   text.copy(line, kLine - 1);
   std::vector<char> all(me.rank == 0 ? static_cast<size_t>(kLine) * me.world_size : 0);
   check_mpi(MPI_Gather(line, kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Gather");

@@ -24,9 +24,10 @@ struct RankInfo {
 // without GPUs).
 RankInfo bootstrap(const Config& cfg);
 
-// One line per rank (rank, host, local rank, device), gathered to rank 0.
-// Collective: every rank calls it; rank 0 gets the text, the others "".
-std::string placement_table(const RankInfo& me);
+// One line per rank (rank, host, local rank, device, and `role` when given: what the
+// rank does), gathered to rank 0. Collective: every rank calls it; rank 0 gets the
+// text, the others "".
+std::string placement_table(const RankInfo& me, const std::string& role = "");
 
 // Ends MPI cleanly (all ranks must call it).
 void finalize();

@@ -26,22 +26,25 @@ auto loaded_for(const std::string& option, Load&& load) {
   }
 }
 
-void check_batch_size(const Config& cfg, const RankInfo& me, const char* per_rank_work) {
+// `trainers`: the ranks that train (the world, or actor.backend's with separate
+// generation ranks).
+void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work) {
   const int64_t batch_size = cfg.train_dataset.batch_size;
-  if (batch_size % me.world_size != 0)
-    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the world size (",
-                          me.world_size, "): every rank ", per_rank_work, " batch_size / world_size rows"));
+  if (batch_size % trainers != 0)
+    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size,
+                          " must be a multiple of the training ranks (", trainers, "): every rank ", per_rank_work,
+                          " batch_size / ", trainers, " rows"));
 }
 
-TrainingSchedule training_schedule(const Config& cfg, const RankInfo& me, size_t rows, const char* what) {
+TrainingSchedule training_schedule(const Config& cfg, int trainers, size_t rows, const char* what) {
   const DatasetConfig& td = cfg.train_dataset;
   TrainingSchedule s;
-  s.epochs = {rows, td.batch_size, td.drop_last, td.shuffle, cfg.seed, me.world_size};
+  s.epochs = {rows, td.batch_size, td.drop_last, td.shuffle, cfg.seed, trainers};
   s.steps_per_epoch = batches_per_epoch(s.epochs);
   if (s.steps_per_epoch == 0)
     throw ConfigError(cat("option 'train_dataset.path': ", td.path, " has ", rows, " usable ", what,
                           ", fewer than one batch of ", td.batch_size,
-                          td.drop_last ? " (train_dataset.drop_last is true)" : cat(" for ", me.world_size, " ranks")));
+                          td.drop_last ? " (train_dataset.drop_last is true)" : cat(" for ", trainers, " ranks")));
   if (const size_t left_out = plan_epoch(s.epochs, 0).left_out; left_out > 0)
     log::info(cat("each epoch leaves out ", left_out, " of its ", rows, " ", what,
                   td.drop_last ? " (the last, partial batch: train_dataset.drop_last is true)"
@@ -99,10 +102,16 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
     });
   }
 
-  check_batch_size(cfg, me, "generates for");
-  in.schedule = training_schedule(cfg, me, in.train->size(), "prompts");
+  const Allocation allocation = allocation_for_world(cfg, me.world_size);
+  const int trainers = allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size;
+  check_batch_size(cfg, trainers, "trains on");
+  in.schedule = training_schedule(cfg, trainers, in.train->size(), "prompts");
   const int64_t smallest = static_cast<int64_t>(smallest_batch(in.schedule.epochs));
-  const int64_t fewest_rows = smallest / me.world_size * cfg.gconfig.n_samples;
+  // Asynchronous RL numbers the groups of the run by steps of batch_size.
+  if (allocation.separate && smallest != td.batch_size)
+    throw ConfigError(cat("option 'train_dataset.drop_last' = false leaves a partial last batch of ", smallest,
+                          " prompts, which asynchronous RL (separate generation ranks) cannot number; set it true"));
+  const int64_t fewest_rows = smallest / trainers * cfg.gconfig.n_samples;
   if (fewest_rows < actor.ppo_n_minibatches)
     throw ConfigError(cat("option 'actor.ppo_n_minibatches' = ", actor.ppo_n_minibatches, " is more than the ",
                           fewest_rows, " answers each rank has in ",
@@ -125,7 +134,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   if (in.valid) check_positions(*in.valid, "valid_dataset.path");
 
   // Tensor-parallel generation splits the heads and the MLP evenly.
-  const int64_t t = allocation_for_world(cfg, me.world_size).tensor_parallel();
+  const int64_t t = allocation.tensor_parallel();
   check_tensor_parallel(model, t);
 
   // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
@@ -134,10 +143,18 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   const at::ScalarType dtype = dtype_from_name(actor.dtype);
   // At most rollout.max_running_requests answers at once.
   auto at_once = [&](int64_t rows) { return in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows; };
+  // Colocated: every rank generates its share of a step; separate: a replica generates
+  // rollout.max_concurrent_rollouts / D groups at once, and the trainers generate nothing.
   const int64_t per_rank = (td.batch_size + me.world_size - 1) / me.world_size * cfg.gconfig.n_samples;
-  check_rollout_memory(model, model.num_parameters(), dtype, at_once(t * per_rank), longest_prompt(*in.train),
-                       in.sampling.max_new_tokens, t, device);
-  if (in.valid)
+  const RolloutConfig& rc = cfg.rollout;
+  const int64_t per_replica =
+      ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : td.batch_size) + allocation.rollout.data - 1) /
+      allocation.rollout.data * cfg.gconfig.n_samples;
+  const bool generates = !allocation.separate || !allocation.trains(me.rank);
+  if (generates)
+    check_rollout_memory(model, model.num_parameters(), dtype, at_once(allocation.separate ? per_replica : t * per_rank),
+                         longest_prompt(*in.train), in.sampling.max_new_tokens, t, device);
+  if (in.valid && generates)
     check_rollout_memory(model, model.num_parameters(), dtype, at_once(cfg.valid_dataset.batch_size),
                          longest_prompt(*in.valid), in.sampling.max_new_tokens, t, device);
   return in;
@@ -152,8 +169,8 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
     return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl);
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " sequences longer than train_dataset.max_length skipped"));
-  check_batch_size(cfg, me, "trains on");
-  in.schedule = training_schedule(cfg, me, in.train->size(), "sequences");
+  check_batch_size(cfg, me.world_size, "trains on");
+  in.schedule = training_schedule(cfg, me.world_size, in.train->size(), "sequences");
   return in;
 }
 
@@ -161,6 +178,9 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);
+  if (allocation_for_world(cfg, me.world_size).separate && cfg.job != "rl")
+    throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' give separate generation ranks, which only "
+                          "job=rl uses (asynchronous RL); job=", cfg.job, " needs shapes that cover every rank"));
   JobInputs inputs;
   if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
   if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);

@@ -14,6 +14,9 @@
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
 #include "areal/rl/advantages.h"
+#include "areal/rl/async_queue.h"
+#include "areal/rl/evaluation.h"
+#include "areal/rollout/weight_sync.h"
 #include "areal/rollout/generation.h"
 #include "areal/rl/micro_batches.h"
 #include "areal/rl/periodic_saves.h"
@@ -46,11 +49,13 @@ struct Rollout {
   std::vector<int64_t> answer_lengths;
   std::vector<float> truncated_rows;  // 1 where the answer hit max_new_tokens without a stop token
   std::vector<double> rewards;   // raw rewards
+  std::vector<int64_t> head_versions;  // asynchronous RL: the weight version of each answer's first token
   int64_t answer_tokens = 0, longest_answer = 0, truncated = 0, reward_failures = 0;
 };
 
+// Lays out the answers; scores them with `reward` (nullptr: the caller fills in rewards).
 Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
-             const Tokenizer& tokenizer, Rewarder& reward) {
+             const Tokenizer& tokenizer, Rewarder* reward) {
   Rollout r;
   const int64_t rows = static_cast<int64_t>(answers.size());
   int64_t longest = 0;
@@ -77,9 +82,32 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     r.truncated_rows.push_back(answer.truncated ? 1.0f : 0.0f);
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
-    calls.push_back({&prompt.example, tokenizer.decode(answer.tokens), prompt.ids, answer.tokens});
+    if (!answer.versions.empty()) r.head_versions.push_back(answer.versions.front());
+    if (reward) calls.push_back({&prompt.example, tokenizer.decode(answer.tokens), prompt.ids, answer.tokens});
   }
-  r.rewards = reward.score(calls, r.reward_failures);
+  if (reward) r.rewards = reward->score(calls, r.reward_failures);
+  return r;
+}
+
+// Asynchronous RL: this rank's groups of a step as a rollout, scored on the generation side.
+Rollout pack_groups(const std::vector<FinishedGroup>& groups, const PromptDataset& train, int64_t n_samples,
+                    const Tokenizer& tokenizer) {
+  std::vector<const Prompt*> prompts;
+  std::vector<Generated> answers;
+  std::vector<double> rewards;
+  int64_t failures = 0;
+  for (const FinishedGroup& g : groups) {
+    if (static_cast<int64_t>(g.answers.size()) != n_samples)
+      throw std::runtime_error(cat("group ", g.index, " has ", g.answers.size(), " answers, not gconfig.n_samples = ",
+                                   n_samples));
+    prompts.push_back(&train[static_cast<size_t>(g.prompt)]);
+    answers.insert(answers.end(), g.answers.begin(), g.answers.end());
+    rewards.insert(rewards.end(), g.rewards.begin(), g.rewards.end());
+    failures += g.reward_failures;
+  }
+  Rollout r = pack(prompts, n_samples, answers, tokenizer, nullptr);
+  r.rewards = std::move(rewards);
+  r.reward_failures = failures;
   return r;
 }
 
@@ -125,11 +153,7 @@ std::vector<size_t> items_of(int member, int world_size, size_t n) {
 double evaluate(const PromptDataset& data, const Policy& policy, Communicator& comm, GenerationGroup& group,
                 const RankInfo& me, SamplingParams greedy, const Tokenizer& tokenizer, Rewarder& reward,
                 int64_t chunk) {
-  greedy.greedy = true;
   RolloutModel slices(policy, group.comm.get(), policy.compute_dtype(), at::Device(me.device));
-  double correct = 0, count = 0;
-  int64_t failures = 0;
-  std::vector<at::Generator> none;
   std::vector<size_t> items;     // the group's
   std::vector<bool> mine;        // scored here: each answer is counted by the rank it belongs to
   for (int member = group.first; member < group.first + group.size; ++member)
@@ -137,21 +161,8 @@ double evaluate(const PromptDataset& data, const Policy& policy, Communicator& c
       items.push_back(i);
       mine.push_back(member == me.rank);
     }
-  for (size_t begin = 0; begin < items.size(); begin += chunk) {
-    std::vector<std::vector<int64_t>> prompts;
-    for (size_t k = begin; k < std::min(items.size(), begin + chunk); ++k) prompts.push_back(data[items[k]].ids);
-    std::vector<Generated> answers = generate(slices, prompts, greedy, none);
-    std::vector<RewardCall> calls;
-    for (size_t k = 0; k < answers.size(); ++k) {
-      if (!mine[begin + k]) continue;
-      const Prompt& p = data[items[begin + k]];
-      calls.push_back({&p.example, tokenizer.decode(answers[k].tokens), p.ids, answers[k].tokens});
-    }
-    for (double r : reward.score(calls, failures)) {
-      correct += r > 0;
-      count += 1;
-    }
-  }
+  const EvalCounts counts = greedy_eval(slices, data, items, mine, greedy, tokenizer, reward, chunk);
+  const double correct = counts.correct, count = counts.scored;
   at::Tensor totals = at::tensor({correct, count}, at::kDouble);
   comm.all_reduce(totals, ReduceOp::Sum);
   return totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
@@ -159,7 +170,8 @@ double evaluate(const PromptDataset& data, const Policy& policy, Communicator& c
 
 }  // namespace
 
-RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy) {
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy,
+                 const GenerationLink* link) {
   const ActorConfig& actor = cfg.actor;
   const at::Device device(me.device);
   const at::ScalarType compute_dtype = policy.compute_dtype();
@@ -179,10 +191,15 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                 n_minibatches, " minibatches"));
 
   // ---- generation groups: t consecutive ranks generate together (rollout.backend) ----
+  // (colocated only: with separate generation ranks the trainers do not generate)
   GenerationGroup group;
-  group.size = static_cast<int>(allocation_for_world(cfg, me.world_size).tensor_parallel());
-  group.first = me.rank / group.size * group.size;
-  if (group.size > 1) group.comm = comm.split(me.rank / group.size, me.rank % group.size);
+  if (!link) {
+    group.size = static_cast<int>(allocation_for_world(cfg, me.world_size).tensor_parallel());
+    group.first = me.rank / group.size * group.size;
+    if (group.size > 1) group.comm = comm.split(me.rank / group.size, me.rank % group.size);
+  }
+  std::optional<GroupInbox> inbox;
+  if (link) inbox.emplace(*link->mail, cfg.train_dataset.batch_size, me.rank, me.world_size, link->replicas);
 
   // ---- optimizer and the KL reference (the initial weights) ----
   ShardedAdamW optimizer(policy.trainable(), cfg.optimizer, comm);
@@ -201,8 +218,25 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     const EvaluatorConfig& e = cfg.evaluator;
     return periodic_due(steps_done, schedule.steps_per_epoch, e.freq_steps, e.freq_epochs, e.freq_secs, last_eval, comm);
   };
+  // Asynchronous RL: generation replica 0 evaluates and sends the scores to the first
+  // trainer, which logs them as they come; `wait_for` >= 0 waits for that version's.
+  auto take_remote_scores = [&](int64_t wait_for) {
+    double wanted = -1;
+    if (!link || !valid || me.rank != 0) return wanted;
+    for (;;) {
+      std::optional<Message> m = wait_for >= 0 ? link->mail->receive(kTagEval, link->eval_source, "the held-out score")
+                                               : link->mail->poll(kTagEval, link->eval_source);
+      if (!m) return wanted;
+      const EvalScore score = decode_eval(m->bytes);
+      log::info(cat("eval (weights of step ", score.version, ", on the generation ranks): greedy accuracy ",
+                    format_fixed(100 * score.accuracy, 1), "% on ", valid->size(), " held-out prompts"));
+      stats.log(score.version, {{"eval_accuracy", score.accuracy}});
+      if (score.version == 0) summary.eval_before = score.accuracy;
+      if (score.version == wait_for) return score.accuracy;
+    }
+  };
   auto run_eval = [&](const char* when) {
-    if (!valid) return -1.0;
+    if (!valid || link) return -1.0;
     auto start = Clock::now();
     last_eval = start;
     double accuracy = evaluate(*valid, policy, comm, group, me, sampling, tokenizer, reward,
@@ -218,13 +252,17 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     summary.eval_before = resumed->figures["eval_before"];
     summary.first_reward = resumed->figures["first_reward"];
     bad_in_a_row = static_cast<int>(resumed->figures["bad_updates_in_a_row"]);
-  } else {
+  } else if (!link) {
     summary.eval_before = run_eval("before training");
     if (valid) stats.log(0, {{"eval_accuracy", summary.eval_before}});
   }
+  // The generation ranks start from the weights of the step the run is at.
+  if (link) send_weights(policy, *link->mail, link->served, step, compute_dtype);
 
   const int64_t total_updates = total_steps * n_minibatches;
   EpochPlan plan;
+  auto step_start = Clock::now();
+  try {
   for (; step < total_steps; ++step) {
     // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
     const int64_t epoch = step / schedule.steps_per_epoch;
@@ -235,33 +273,42 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     fault_points(cat("rl:step", step + 1), me.rank);
     // ---- rollout: this rank's prompts are every world_size-th of the batch; its
     // generation group generates its members' prompts together (memory checked for the
-    // longest prompt of the data before the init, prepare_job) ----
+    // longest prompt of the data before the init, prepare_job). Asynchronous RL: they
+    // come from the queue, generated and scored on the generation ranks. ----
     auto rollout_start = Clock::now();
-    std::vector<const Prompt*> prompts;  // this rank's
-    std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
-    std::vector<at::Generator> generators;
-    size_t first_row = 0;  // of this rank's answers among the group's
-    for (int member = group.first; member < group.first + group.size; ++member) {
-      if (member == me.rank) first_row = prompt_ids.size();
-      for (size_t i : items_of(member, me.world_size, batch.size())) {
-        const size_t index = batch[i];
-        if (member == me.rank) prompts.push_back(&train[index]);
-        for (int64_t s = 0; s < n_samples; ++s) {
-          prompt_ids.push_back(train[index].ids);
-          generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+    int64_t rows = 0;
+    int64_t rollout_weight_bytes = 0, rollout_cache_bytes = 0;  // this rank's, for the stats
+    Rollout r;
+    if (link) {
+      double waited = 0;
+      r = pack_groups(inbox->take_step(step, waited), train, n_samples, tokenizer);
+      rows = static_cast<int64_t>(r.rewards.size());
+    } else {
+      std::vector<const Prompt*> prompts;  // this rank's
+      std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
+      std::vector<at::Generator> generators;
+      size_t first_row = 0;  // of this rank's answers among the group's
+      for (int member = group.first; member < group.first + group.size; ++member) {
+        if (member == me.rank) first_row = prompt_ids.size();
+        for (size_t i : items_of(member, me.world_size, batch.size())) {
+          const size_t index = batch[i];
+          if (member == me.rank) prompts.push_back(&train[index]);
+          for (int64_t s = 0; s < n_samples; ++s) {
+            prompt_ids.push_back(train[index].ids);
+            generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+          }
         }
       }
+      rows = static_cast<int64_t>(prompts.size()) * n_samples;
+      std::vector<Generated> answers;
+      {
+        RolloutModel slices(policy, group.comm.get(), compute_dtype, device);
+        rollout_weight_bytes = slices.weight_bytes();
+        std::vector<Generated> group_answers = generate(slices, prompt_ids, sampling, generators, &rollout_cache_bytes);
+        answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
+      }
+      r = pack(prompts, n_samples, answers, tokenizer, &reward);
     }
-    const int64_t rows = static_cast<int64_t>(prompts.size()) * n_samples;
-    std::vector<Generated> answers;
-    int64_t rollout_weight_bytes = 0, rollout_cache_bytes = 0;  // this rank's, for the stats
-    {
-      RolloutModel slices(policy, group.comm.get(), compute_dtype, device);
-      rollout_weight_bytes = slices.weight_bytes();
-      std::vector<Generated> group_answers = generate(slices, prompt_ids, sampling, generators, &rollout_cache_bytes);
-      answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
-    }
-    Rollout r = pack(prompts, n_samples, answers, tokenizer, reward);
     const double rollout_seconds = seconds_since(rollout_start);
 
     // ---- scores: raw reward (+ DAPO's overlong penalty), transformed ----
@@ -380,6 +427,19 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
       entropy += mb_entropy;
     }
     const double train_seconds = seconds_since(train_start);
+    // Asynchronous RL: the new weights go to the generation ranks at once.
+    double sync_seconds = 0;
+    if (link) {
+      auto sync_start = Clock::now();
+      send_weights(policy, *link->mail, link->served, step + 1, compute_dtype);
+      sync_seconds = seconds_since(sync_start);
+    }
+    // Staleness: how many versions each answer's first token lags the weights it trains.
+    double stale_sum = 0, stale_max = 0;
+    for (int64_t v : r.head_versions) {
+      stale_sum += static_cast<double>(step - v);
+      stale_max = std::max(stale_max, static_cast<double>(step - v));
+    }
 
     // ---- stats over all ranks ----
     double reward_sum = 0, reward_sq = 0, correct = 0;
@@ -393,18 +453,23 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                                   static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated), clipped, dual,
                                   entropy, kl_sum, static_cast<double>(r.reward_failures),
                                   static_cast<double>(r.ids.numel()),
-                                  kept.defined() ? kept.sum().item<double>() : static_cast<double>(rows)},
+                                  kept.defined() ? kept.sum().item<double>() : static_cast<double>(rows), stale_sum},
                                  at::kDouble);
     comm.all_reduce(sums, ReduceOp::Sum);
     // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
     at::Tensor maxima = at::tensor({static_cast<double>(r.longest_answer), static_cast<double>(peak_rss_bytes()),
                                     rollout_seconds, train_seconds, static_cast<double>(rollout_weight_bytes),
-                                    static_cast<double>(rollout_cache_bytes)},
+                                    static_cast<double>(rollout_cache_bytes), stale_max, sync_seconds},
                                    at::kDouble);
     comm.all_reduce(maxima, ReduceOp::Max);
     auto s = [&](int i) { return sums[i].item<double>(); };
     auto mx = [&](int i) { return maxima[i].item<double>(); };
     const double n = s(3), tokens = std::max(1.0, s(4));
+    const double step_seconds = seconds_since(step_start);
+    step_start = Clock::now();
+    // Colocated: tokens per second of the rollout phase; asynchronous: of the whole step
+    // (generation runs beside it, rollout_seconds is only the trainers' wait).
+    const double gen_seconds = link ? step_seconds : mx(2);
     const double reward_mean = s(0) / n;
     const double reward_std = std::sqrt(std::max(0.0, s(1) / n - reward_mean * reward_mean));
     const Stats row = {{"epoch", static_cast<double>(epoch)},
@@ -424,7 +489,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                        {"lr", lr},
                        {"rollout_seconds", mx(2)},
                        {"train_seconds", mx(3)},
-                       {"gen_tokens_per_second", s(4) / std::max(1e-9, mx(2))},
+                       {"gen_tokens_per_second", s(4) / std::max(1e-9, gen_seconds)},
                        {"train_tokens_per_second", s(11) / std::max(1e-9, mx(3))},
                        {"peak_memory_bytes", mx(1)},
                        {"rollout_weight_bytes", mx(4)},
@@ -432,6 +497,13 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                        {"reward_failures", s(10)}};
     Stats extra;
     if (actor.dynamic_sampling) extra.push_back({"dynamic_sampling_kept_share", s(12) / n});
+    extra.push_back({"step_seconds", step_seconds});
+    if (link) {  // rollout_seconds is the trainers' wait for the queue
+      extra.push_back({"staleness_mean", s(13) / n});
+      extra.push_back({"staleness_max", mx(6)});
+      extra.push_back({"weight_sync_seconds", mx(7)});
+      extra.push_back({"queue_groups_held", static_cast<double>(inbox->held())});
+    }
     if (step == 0) summary.first_reward = reward_mean;
     summary.last_reward = reward_mean;
     char line[400];
@@ -441,13 +513,13 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                   static_cast<long long>(step + 1), static_cast<long long>(total_steps), reward_mean, reward_std,
                   s(2) / n, s(4) / n, mx(0), s(5) / n, updates > 0 ? loss_sum / updates : NAN, s(6) / tokens,
                   s(9) / tokens, s(8) / tokens, updates > 0 ? grad_norm / updates : NAN, lr, mx(2), mx(3),
-                  s(4) / std::max(1e-9, mx(2)), format_bytes(static_cast<int64_t>(mx(1))).c_str());
+                  s(4) / std::max(1e-9, gen_seconds), format_bytes(static_cast<int64_t>(mx(1))).c_str());
     log::info(line);
     if (s(10) > 0) log::warn(cat(s(10), " answers scored 0 because the reward function failed"));
     Stats logged = row;
     logged.insert(logged.end(), extra.begin(), extra.end());
     const bool last = step + 1 == total_steps;
-    if (valid && !last && evaluation_due(step + 1))
+    if (!link && valid && !last && evaluation_due(step + 1))
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
     stats.log(step + 1, logged);
     saver.after_step(step + 1, last, policy);
@@ -455,10 +527,23 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                         {{"eval_before", summary.eval_before},
                          {"first_reward", summary.first_reward},
                          {"bad_updates_in_a_row", static_cast<double>(bad_in_a_row)}});
+    take_remote_scores(-1);
+  }
+  } catch (const StopRequested&) {
+    if (link) {  // the generation ranks stop too, and what they sent is taken
+      send_stop(*link->mail, link->served);
+      inbox->drain();
+    }
+    throw;
   }
   summary.steps = step;
-  summary.eval_after = run_eval("after training");
-  if (valid) stats.log(step, {{"eval_accuracy", summary.eval_after}});
+  if (link) {
+    summary.eval_after = take_remote_scores(step);
+    inbox->drain();
+  } else {
+    summary.eval_after = run_eval("after training");
+    if (valid) stats.log(step, {{"eval_accuracy", summary.eval_after}});
+  }
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   policy.save(summary.checkpoint);
   if (valid)

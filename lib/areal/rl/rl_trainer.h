@@ -10,6 +10,12 @@
 // plus greedy evaluation on valid_dataset before the first step, every
 // evaluator.freq_steps and after the last, and a Hugging Face checkpoint at the end
 // (and every saver.freq_steps).
+//
+// With separate generation ranks (asynchronous RL, async_rl.h) the trainers run the
+// same loop, but the rollout comes from the queue (async_queue.h: groups generated and
+// scored on the generation ranks, with the weight version of every token), the new
+// weights go to the generation ranks after every step (weight_sync.h), and the
+// held-out scores come from generation replica 0.
 #pragma once
 
 #include <string>
@@ -17,6 +23,7 @@
 #include "areal/config/config.h"
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
+#include "areal/dist/mailbox.h"
 #include "areal/fsdp/policy.h"
 #include "areal/rl/job_inputs.h"
 
@@ -31,7 +38,17 @@ struct RlSummary {
   std::string checkpoint;
 };
 
-// Collective. `inputs` from prepare_job.
-RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy);
+// The trainers' end of asynchronous RL.
+struct GenerationLink {
+  Mailbox* mail = nullptr;
+  std::vector<int> served;  // the generation ranks this trainer sends weights to
+  int eval_source = 0;      // the world rank that sends held-out scores (generation replica 0's first)
+  int replicas = 1;         // generation replicas (each one's first rank sends groups)
+};
+
+// Collective. `inputs` from prepare_job. With `link`, `me` and `comm` are the training
+// ranks' (rank and size among the trainers); without, every rank generates and trains.
+RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, Communicator& comm, Policy& policy,
+                 const GenerationLink* link = nullptr);
 
 }  // namespace areal

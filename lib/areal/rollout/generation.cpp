@@ -132,7 +132,8 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
 }
 
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                                const SamplingParams& p, std::vector<at::Generator>& generators, int64_t* cache_bytes) {
+                                const SamplingParams& p, std::vector<at::Generator>& generators, int64_t* cache_bytes,
+                                const WeightCheck& weight_check) {
   at::NoGradGuard no_grad;
   const int64_t n = static_cast<int64_t>(prompts.size());
   std::vector<Generated> out(n);
@@ -157,6 +158,8 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
     batch.insert(batch.end(), answers.begin(), answers.end());
     return start_answers(model, cache, prompts, answers, p.pad_id);
   };
+  // The version of the weights that made `logits` (0 without a weight check).
+  int64_t logits_version = weight_check ? weight_check() : 0;
   at::Tensor logits = start_waiting(max_rows);
 
   // Decoding. A finished answer leaves the batch at once and its blocks go back to the
@@ -181,6 +184,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
       const int64_t r = batch[i], token = sampled.tokens[i];
       out[r].tokens.push_back(token);
       out[r].logprobs.push_back(sampled.logprobs[i]);
+      if (weight_check) out[r].versions.push_back(logits_version);
       stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
       if (stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) continue;
       active.push_back(static_cast<int64_t>(i));
@@ -191,6 +195,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
     if (active.size() < batch.size()) cache.keep_rows(active);
     batch = active_batch;
     logits = at::Tensor();
+    if (weight_check) logits_version = weight_check();
     if (!active.empty()) {
       std::vector<int64_t> rows(active.size()), ones(active.size(), 1);
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Generator.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,7 +28,13 @@ struct Generated {
   std::vector<int64_t> tokens;  // the answer, ending with its stop token unless truncated
   std::vector<float> logprobs;  // log p(token) under softmax(logits / temperature), per token
   bool truncated = false;       // max_new_tokens reached without a stop token
+  std::vector<int64_t> versions;  // the weight version each token was sampled with (with a WeightCheck)
 };
+
+// Interruptible generation (asynchronous RL): called before each forward step of the
+// batch; it may replace the model's weights in place with newer ones and returns the
+// version of the weights the step runs on, kept per token in Generated::versions.
+using WeightCheck = std::function<int64_t()>;
 
 // The parameters of the model's largest unit (a decoder layer, or embedding + norm).
 int64_t largest_unit_parameters(const ModelConfig& config);
@@ -48,9 +55,11 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 // it shares or the ranks that generate it. Collective over the model's tensor-parallel
 // group: its ranks pass the same prompts and get the same answers.
 // `cache_bytes`, when given, receives the most bytes of KV cache this rank held at once.
+// `weight_check`, when given, runs before every forward step (above); the keys and
+// values cached before new weights came stay as they were computed.
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators,
-                                int64_t* cache_bytes = nullptr);
+                                int64_t* cache_bytes = nullptr, const WeightCheck& weight_check = {});
 // The same on a whole model (t = 1).
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators);

@@ -42,8 +42,14 @@ RolloutModel::RolloutModel(const CausalLM& model) : config_(model.config()), loc
 }
 
 RolloutModel::RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device)
-    : config_(policy.config()),
-      local_(policy.config()),
+    : RolloutModel(
+          policy.config(), policy.unit_count(), [&](size_t u) { return policy.unit_weights(u, dtype); }, group, dtype,
+          device) {}
+
+RolloutModel::RolloutModel(const ModelConfig& config, size_t units, const UnitSource& unit, Communicator* group,
+                           at::ScalarType dtype, const at::Device& device)
+    : config_(config),
+      local_(config),
       group_(group),
       tensor_parallel_(group ? group->world_size() : 1),
       rank_(group ? group->rank() : 0) {
@@ -55,12 +61,16 @@ RolloutModel::RolloutModel(const Policy& policy, Communicator* group, at::Scalar
   vocab_begin_ = rank_ * vocab_rows_;
   options_ = at::TensorOptions().dtype(dtype).device(device);
   layers_.resize(config_.num_hidden_layers);
+  replace(units, unit);
+}
+
+void RolloutModel::replace(size_t units, const UnitSource& unit) {
   at::NoGradGuard no_grad;
-  // One unit whole at a time: its slices are copied out (own = true) and the gathered
-  // unit is freed before the next gather.
-  for (size_t u = 0; u < policy.unit_count(); ++u)
-    for (auto& [name, weight] : policy.unit_weights(u, dtype))
-      add_slice(name, weight.to(device), /*own=*/true);
+  // One unit whole at a time: its slices are copied out (own = true) and the whole
+  // unit is freed before the next one comes.
+  for (size_t u = 0; u < units; ++u)
+    for (auto& [name, weight] : unit(u))
+      add_slice(name, weight.to(options_.device(), c10::typeMetaToScalarType(options_.dtype())), /*own=*/true);
 }
 
 void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, bool own) {
@@ -117,6 +127,14 @@ int64_t RolloutModel::weight_bytes() const {
   for (const auto& layer : layers_)
     for (const auto& [name, t] : layer) bytes += t.nbytes();
   return bytes;
+}
+
+std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
+  std::map<std::string, at::Tensor> out = {{"model.embed_tokens.weight", embed_}, {"model.norm.weight", norm_}};
+  if (!config_.tie_word_embeddings) out["lm_head.weight"] = head_;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (const auto& [name, t] : layers_[i]) out[cat("model.layers.", i, ".", name)] = t;
+  return out;
 }
 
 void RolloutModel::all_reduce(at::Tensor& t) { group_->all_reduce(t, ReduceOp::Sum); }

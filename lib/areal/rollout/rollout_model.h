@@ -14,6 +14,7 @@
 // its slices (docs/rl.md). With t = 1 the whole model is this rank's slice.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,16 @@ class RolloutModel {
   // gather); `group` is this rank's tensor-parallel group (nullptr: t = 1), used by the
   // forward.
   RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device);
+  // The same from units that come one at a time from elsewhere (asynchronous RL: the
+  // trainer sends them, weight_sync.h): `unit(u)` returns unit u's weights whole by
+  // Hugging Face name, for u < units; each is sliced and dropped before the next.
+  using UnitSource = std::function<std::map<std::string, at::Tensor>(size_t u)>;
+  RolloutModel(const ModelConfig& config, size_t units, const UnitSource& unit, Communicator* group,
+               at::ScalarType dtype, const at::Device& device);
+
+  // Newer weights in place, unit by unit (interruptible generation): each slice is
+  // replaced as its unit comes, so no second copy of the weights is ever held.
+  void replace(size_t units, const UnitSource& unit);
 
   const ModelConfig& config() const { return config_; }        // the whole model's shape
   int64_t local_kv_heads() const { return local_.num_key_value_heads; }
@@ -58,6 +69,8 @@ class RolloutModel {
   int64_t vocab_begin() const { return vocab_begin_; }
   int64_t vocab_columns() const { return vocab_rows_; }
   Communicator* group() const { return group_; }
+  // This rank's slices by Hugging Face name (tests compare them bit for bit).
+  std::map<std::string, at::Tensor> named_slices() const;
 
  private:
   // Keeps this rank's part of weight `name` (Hugging Face name); `own`: as a copy.

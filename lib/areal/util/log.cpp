@@ -54,12 +54,12 @@ Level parse_level(const std::string& name) {
   throw ConfigError(cat("log.level: '", name, "' is not one of debug, info, warn, error"));
 }
 
-void configure(int rank, int world_size, const std::string& level, bool all_ranks) {
+void configure(int rank, int world_size, const std::string& level, bool all_ranks, int speaker) {
   State& s = state();
   s.rank = rank;
   s.logger->set_pattern(cat("[r", rank, "/", world_size, "] %Y-%m-%d %H:%M:%S %^%l%$ %v"));
   Level wanted = parse_level(level);
-  if (rank != 0 && !all_ranks && wanted < Level::warn) wanted = Level::warn;
+  if (rank != speaker && !all_ranks && wanted < Level::warn) wanted = Level::warn;
   s.logger->set_level(to_spdlog(wanted));
 }
 

@@ -4,7 +4,8 @@
 // against Debian's fmt, so no header that torch code includes may pull in spdlog.
 // Callers build messages with areal::cat(...).
 //
-// Rank 0 logs from `level` up; other ranks log warnings and errors only, unless
+// The speaker (rank 0, or the first training rank when generation has ranks of its
+// own) logs from `level` up; other ranks log warnings and errors only, unless
 // all_ranks is set.
 #pragma once
 
@@ -18,7 +19,7 @@ enum class Level { debug, info, warn, error };
 
 // Sets the rank shown in the prefix and the filter. Callable again once MPI knows
 // the real rank (before MPI_Init the launcher's environment is used, see launcher_rank()).
-void configure(int rank, int world_size, const std::string& level, bool all_ranks);
+void configure(int rank, int world_size, const std::string& level, bool all_ranks, int speaker = 0);
 
 // Parses "debug" | "info" | "warn" | "error"; throws ConfigError otherwise.
 Level parse_level(const std::string& name);

@@ -1,0 +1,33 @@
+#include "areal/rl/evaluation.h"
+
+#include <algorithm>
+
+namespace areal {
+
+EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std::vector<size_t>& items,
+                       const std::vector<bool>& mine, SamplingParams sampling, const Tokenizer& tokenizer,
+                       Rewarder& reward, int64_t chunk) {
+  sampling.greedy = true;
+  EvalCounts counts;
+  int64_t failures = 0;
+  std::vector<at::Generator> none;
+  for (size_t begin = 0; begin < items.size(); begin += static_cast<size_t>(chunk)) {
+    const size_t end = std::min(items.size(), begin + static_cast<size_t>(chunk));
+    std::vector<std::vector<int64_t>> prompts;
+    for (size_t k = begin; k < end; ++k) prompts.push_back(data[items[k]].ids);
+    std::vector<Generated> answers = generate(model, prompts, sampling, none);
+    std::vector<RewardCall> calls;
+    for (size_t k = begin; k < end; ++k) {
+      if (!mine[k]) continue;
+      const Prompt& p = data[items[k]];
+      calls.push_back({&p.example, tokenizer.decode(answers[k - begin].tokens), p.ids, answers[k - begin].tokens});
+    }
+    for (double r : reward.score(calls, failures)) {
+      counts.correct += r > 0;
+      counts.scored += 1;
+    }
+  }
+  return counts;
+}
+
+}  // namespace areal
