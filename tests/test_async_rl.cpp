@@ -179,3 +179,30 @@ TEST_CASE("async rl: a generation rank or a trainer that dies ends the job in se
     CHECK(r.seconds < 30);
   }
 }
+
+TEST_CASE("async rl: a run killed at a step resumes from its recover checkpoint (eta = 0: bit-identical)",
+          "[async][binary][mpi][slow]") {
+  const fs::path root = fresh_dir("resume");
+  const std::string extra = kSeparate + " rollout.max_head_offpolicyness=0 recover.mode=auto recover.freq_steps=2";
+  Result whole = smoke(2, root / "whole", 4, extra);
+  INFO(whole.output);
+  REQUIRE(whole.exit_code == 0);
+  // The trainer dies at the start of step 3, after the recover checkpoint of step 2.
+  Result killed = smoke(2, root / "killed", 4, extra, "AREAL_TEST_CRASH_AT=rl:step3");
+  CHECK(killed.exit_code != 0);
+  Result resumed = smoke(2, root / "killed", 4, extra);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  // The generation rank starts at the trainers' step, on their weights of that step.
+  CHECK_THAT(resumed.output, Contains("recover: resuming after step 2") && Contains("step 3/4") &&
+                                 !Contains("step 1/4"));
+  const std::vector<json> got = step_rows(root / "killed"), want = step_rows(root / "whole");
+  REQUIRE(got.size() == 4);
+  REQUIRE(want.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    INFO("step " << i + 1);
+    for (const char* key : {"reward_mean", "response_length_mean", "loss", "grad_norm", "kl", "entropy", "lr"})
+      CHECK(got[i][key].get<double>() == want[i][key].get<double>());
+  }
+  CHECK(eval_scores(root / "killed").back() == eval_scores(root / "whole").back());
+}
