@@ -168,7 +168,7 @@ TEST_CASE("async rl: no trained sample is more than eta versions stale", "[async
 }
 
 TEST_CASE("async rl: a generation rank or a trainer that dies ends the job in seconds", "[async][binary][mpi][slow]") {
-  for (const char* point : {"async:generate2", "rl:step2"}) {
+  for (const char* point : {"async:group5", "rl:step2"}) {
     INFO(point);
     const fs::path root = fresh_dir("killed");
     // As by kill -9 (util/crash_point.h): no destructors, no MPI_Finalize.

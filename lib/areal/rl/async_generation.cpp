@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "areal/fsdp/policy.h"
 #include "areal/rl/async_queue.h"
@@ -106,55 +107,76 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
     return version;
   };
 
-  int64_t next = first_version * batch;  // the first group not started
+  // The stream of prompts: a replica's groups in order, each as n_samples answers, while
+  // the staleness rule and max_concurrent_rollouts let them start. The answers of a
+  // group may start in different refills; the group is scored and posted when its last
+  // answer finishes.
+  struct InFlight {
+    std::vector<Generated> answers;
+    int64_t finished = 0;
+  };
+  std::map<int64_t, InFlight> in_flight;               // by group
+  std::vector<std::pair<int64_t, int64_t>> started;    // answer id (of the current stream) -> (group, sample)
+  int64_t next = first_version * batch, next_sample = 0;  // the next answer to start
   auto own = [&](int64_t g) { return plan.position(g) % replicas == replica; };
-  int64_t rounds = 0;
+  auto skip_others = [&] {
+    while (next < total_groups && !own(next)) ++next;
+  };
+  PromptSource feed;
+  feed.next = [&](std::vector<int64_t>& prompt, at::Generator& generator) {
+    if (next_sample == 0) {  // a new group: may it start?
+      skip_others();
+      if (next >= total_groups || eval_pending || !rule.may_start(next, version) ||
+          static_cast<int64_t>(in_flight.size()) >= concurrent)
+        return false;
+      crash_point(cat("async:group", next + 1).c_str());
+      in_flight[next].answers.resize(static_cast<size_t>(n_samples));
+    }
+    const size_t index = plan.prompt(next);
+    prompt = (*in.train)[index].ids;
+    generator = answer_generator(cfg.seed, plan.step(next), static_cast<int64_t>(index), next_sample);
+    started.emplace_back(next, next_sample);
+    if (++next_sample == n_samples) {
+      next_sample = 0;
+      ++next;
+    }
+    return true;
+  };
+  feed.finished = [&](int64_t id, Generated answer) {
+    const auto [g, sample] = started.at(static_cast<size_t>(id));
+    InFlight& group = in_flight.at(g);
+    group.answers[static_cast<size_t>(sample)] = std::move(answer);
+    if (++group.finished < n_samples) return;
+    if (leader) {
+      FinishedGroup done;
+      done.index = g;
+      done.prompt = static_cast<int64_t>(plan.prompt(g));
+      done.answers = std::move(group.answers);
+      const Prompt& p = (*in.train)[static_cast<size_t>(done.prompt)];
+      std::vector<RewardCall> calls;
+      for (const Generated& a : done.answers) calls.push_back({&p.example, in.tokenizer->decode(a.tokens), p.ids, a.tokens});
+      done.rewards = reward.score(calls, done.reward_failures);
+      mail.post(first_trainer + static_cast<int>(plan.position(g) % trainers), kTagGroup, encode_group(done));
+    }
+    in_flight.erase(g);
+  };
+  // At most rollout.max_running_requests answers decode at once (else every answer of
+  // the groups in flight), with room for the longest prompt of the data.
+  int64_t longest_prompt = 0;
+  for (size_t i = 0; i < in.train->size(); ++i)
+    longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>((*in.train)[i].ids.size()));
+  const int64_t max_rows = rc.max_running_requests > 0 ? rc.max_running_requests : concurrent * n_samples;
   try {
     evaluate_now();
     for (;;) {
-      while (next < total_groups && !own(next)) ++next;
-      if (next >= total_groups) break;
-      std::vector<int64_t> round;
-      for (int64_t g = next; g < total_groups && static_cast<int64_t>(round.size()) < concurrent; ++g) {
-        if (!own(g)) continue;
-        if (!rule.may_start(g, version)) break;
-        round.push_back(g);
-      }
-      if (round.empty()) {  // held back by the staleness rule: the next version frees it
-        take_version();
-        evaluate_now();
-        continue;
-      }
-      crash_point(cat("async:generate", ++rounds).c_str());
-      std::vector<std::vector<int64_t>> prompts;
-      std::vector<at::Generator> sample_generators;
-      for (int64_t g : round) {
-        const size_t index = plan.prompt(g);
-        for (int64_t s = 0; s < n_samples; ++s) {
-          prompts.push_back(in.train->operator[](index).ids);
-          sample_generators.push_back(answer_generator(cfg.seed, plan.step(g), static_cast<int64_t>(index), s));
-        }
-      }
-      std::vector<Generated> answers = generate(model, prompts, in.sampling, sample_generators, nullptr, check);
-      if (leader) {
-        for (size_t k = 0; k < round.size(); ++k) {
-          FinishedGroup group;
-          group.index = round[k];
-          group.prompt = static_cast<int64_t>(plan.prompt(round[k]));
-          const Prompt& p = (*in.train)[static_cast<size_t>(group.prompt)];
-          std::vector<RewardCall> calls;
-          for (int64_t s = 0; s < n_samples; ++s) {
-            group.answers.push_back(std::move(answers[k * n_samples + s]));
-            const Generated& answer = group.answers.back();
-            calls.push_back({&p.example, in.tokenizer->decode(answer.tokens), p.ids, answer.tokens});
-          }
-          group.rewards = reward.score(calls, group.reward_failures);
-          mail.post(first_trainer + static_cast<int>(plan.position(round[k]) % trainers), kTagGroup,
-                    encode_group(group));
-        }
-      }
-      next = round.back() + 1;
+      // Runs until the source has nothing to start and every answer finished: the
+      // staleness rule holds the next group back, an evaluation is due, or all are out.
+      started.clear();  // answer ids count from 0 in each stream; none is in flight now
+      generate_stream(model, in.sampling, longest_prompt, max_rows, feed, check);
       evaluate_now();
+      skip_others();
+      if (next >= total_groups) break;
+      if (!rule.may_start(next, version)) take_version();  // the next version frees it
     }
     // Every group is out; the trainers still send a version after each step.
     while (version < total_steps) {

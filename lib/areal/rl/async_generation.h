@@ -1,16 +1,16 @@
 // The generation ranks of asynchronous RL (separate generation and training ranks,
 // async_rl.h). Each generation replica (t ranks, rollout.backend's shape) runs without
 // pause:
-//   - takes the next groups it may start (its positions of each step's batch, at most
-//     rollout.max_concurrent_rollouts / D at once, within the staleness rule of
-//     rollout.max_head_offpolicyness and rollout.queue_size, async_queue.h);
-//   - generates them in one continuous batch; before every forward step it looks for
-//     new weights and, when a version has come, takes it in place, so answers in flight
-//     go on with the new weights (AReaL's interruptible generation) and every token
-//     keeps the version that sampled it;
-//   - scores them (the reward function runs here, never on the trainers) and posts
-//     each group to its trainer;
-//   - when the staleness rule holds it back, waits for the next version.
+//   - feeds its groups (its positions of each step's batch) to one continuous batch
+//     (generate_stream): a finished answer's row goes at once to the next answer, while
+//     the staleness rule (rollout.max_head_offpolicyness, rollout.queue_size,
+//     async_queue.h) and rollout.max_concurrent_rollouts / D groups in flight allow;
+//   - before every forward step looks for new weights and, when a version has come,
+//     takes it in place, so answers in flight go on with the new weights (AReaL's
+//     interruptible generation) and every token keeps the version that sampled it;
+//   - scores a group the moment its last answer finishes (the reward function runs
+//     here, never on the trainers) and posts it to its trainer;
+//   - when the staleness rule holds everything back, waits for the next version.
 // Replica 0 also evaluates on valid_dataset (before training, every
 // evaluator.freq_steps / freq_epochs, after the last step) and sends the scores to the
 // first trainer.

@@ -134,7 +134,6 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& p, std::vector<at::Generator>& generators, int64_t* cache_bytes,
                                 const WeightCheck& weight_check) {
-  at::NoGradGuard no_grad;
   const int64_t n = static_cast<int64_t>(prompts.size());
   std::vector<Generated> out(n);
   if (n == 0) return out;
@@ -145,30 +144,64 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
     if (prompts[r].empty()) throw std::invalid_argument(cat("generate: prompt ", r, " is empty"));
     longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[r].size()));
   }
-
-  // `batch[i]` is the answer that row i of the cache and of `logits` belongs to. With
-  // max_rows, the first max_rows answers start and the others wait for a row.
+  // The prompts in order; answer r is the r-th started, so its id is r.
+  int64_t next = 0;
+  PromptSource source;
+  source.next = [&](std::vector<int64_t>& prompt, at::Generator& generator) {
+    if (next == n) return false;
+    prompt = prompts[next];
+    if (!p.greedy) generator = generators[next];
+    ++next;
+    return true;
+  };
+  source.finished = [&](int64_t id, Generated answer) { out[id] = std::move(answer); };
   const int64_t max_rows = p.max_rows > 0 ? std::min(p.max_rows, n) : n;
-  PagedKvCache cache(model, max_rows, longest + p.max_new_tokens);
+  const int64_t used = generate_stream(model, p, longest, max_rows, source, weight_check);
+  if (cache_bytes) *cache_bytes = used;
+  return out;
+}
+
+int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t longest_prompt, int64_t max_rows,
+                        PromptSource& source, const WeightCheck& weight_check) {
+  at::NoGradGuard no_grad;
+  PagedKvCache cache(model, max_rows, longest_prompt + p.max_new_tokens);
+  // By answer id (the order answers start in): its prompt until it starts, its sampler,
+  // its answer until it finishes.
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<at::Generator> generators;
+  std::vector<Generated> out;
+  // `batch[i]` is the answer that row i of the cache and of `logits` belongs to.
   std::vector<int64_t> batch;
-  int64_t next_waiting = 0;
-  auto start_waiting = [&](int64_t count) {  // the next `count` waiting answers take rows
-    std::vector<int64_t> answers;
-    for (int64_t k = 0; k < count; ++k) answers.push_back(next_waiting++);
-    batch.insert(batch.end(), answers.begin(), answers.end());
-    return start_answers(model, cache, prompts, answers, p.pad_id);
+  auto start_new = [&](int64_t room) {  // up to `room` new answers from the source take rows
+    std::vector<int64_t> ids;
+    for (int64_t k = 0; k < room; ++k) {
+      std::vector<int64_t> prompt;
+      at::Generator generator;
+      if (!source.next(prompt, generator)) break;
+      if (prompt.empty() || static_cast<int64_t>(prompt.size()) > longest_prompt)
+        throw std::invalid_argument(cat("generate: a prompt of ", prompt.size(), " tokens (at most ", longest_prompt,
+                                        ", and not empty)"));
+      if (!p.greedy && !generator.defined()) throw std::invalid_argument("generate: a sampled answer needs a generator");
+      ids.push_back(static_cast<int64_t>(out.size()));
+      prompts.push_back(std::move(prompt));
+      generators.push_back(generator);
+      out.emplace_back();
+    }
+    if (ids.empty()) return at::Tensor();
+    batch.insert(batch.end(), ids.begin(), ids.end());
+    at::Tensor first = start_answers(model, cache, prompts, ids, p.pad_id);
+    for (int64_t id : ids) std::vector<int64_t>().swap(prompts[id]);  // started: the cache has it
+    return first;
   };
   // The version of the weights that made `logits` (0 without a weight check).
   int64_t logits_version = weight_check ? weight_check() : 0;
-  at::Tensor logits = start_waiting(max_rows);
+  at::Tensor logits = start_new(max_rows);
 
   // Decoding. A finished answer leaves the batch at once and its blocks go back to the
-  // pool (no other row's cache moves); a waiting answer takes the free row at once
-  // (continuous batching), so the steps shrink with the batch instead of feeding
-  // padding to the end.
-  std::vector<bool> stopped(n, false);
+  // pool (no other row's cache moves); a new answer from the source takes the free row
+  // at once (continuous batching), so the batch stays full while the source has prompts.
   const VocabSlice vocab{{}, model.vocab_begin(), model.config().vocab_size};
-  for (;;) {
+  while (logits.defined()) {
     // This rank's vocabulary columns of the step: the step's one wait for the device.
     VocabSlice slice = vocab;
     slice.logits = logits.to(at::kFloat).cpu();
@@ -185,13 +218,17 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
       out[r].tokens.push_back(token);
       out[r].logprobs.push_back(sampled.logprobs[i]);
       if (weight_check) out[r].versions.push_back(logits_version);
-      stopped[r] = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
-      if (stopped[r] || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) continue;
+      const bool stopped = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+      if (stopped || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) {
+        out[r].truncated = !stopped;
+        generators[r] = at::Generator();
+        source.finished(r, std::move(out[r]));
+        continue;
+      }
       active.push_back(static_cast<int64_t>(i));
       active_batch.push_back(r);
       next.push_back(token);
     }
-    if (active.empty() && next_waiting == n) break;
     if (active.size() < batch.size()) cache.keep_rows(active);
     batch = active_batch;
     logits = at::Tensor();
@@ -201,17 +238,14 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
       logits = extend(model, cache, at::tensor(next, at::kLong).unsqueeze(1), rows, ones);
     }
-    // Refill: waiting answers take the free rows, prefilled together; their first
-    // logits follow the decoding rows'.
-    const int64_t refill = std::min(max_rows - cache.rows(), n - next_waiting);
-    if (refill > 0) {
-      at::Tensor first = start_waiting(refill);
-      logits = logits.defined() ? at::cat({logits, first}) : first;
+    // Refill: new answers take the free rows, prefilled together; their first logits
+    // follow the decoding rows'.
+    if (const int64_t room = max_rows - cache.rows(); room > 0) {
+      at::Tensor first = start_new(room);
+      if (first.defined()) logits = logits.defined() ? at::cat({logits, first}) : first;
     }
   }
-  for (int64_t r = 0; r < n; ++r) out[r].truncated = !stopped[r];
-  if (cache_bytes) *cache_bytes = cache.bytes();
-  return out;
+  return cache.bytes();
 }
 
 }  // namespace areal

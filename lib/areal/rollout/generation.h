@@ -60,6 +60,22 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators,
                                 int64_t* cache_bytes = nullptr, const WeightCheck& weight_check = {});
+// Continuous generation from a stream of prompts (asynchronous RL): `next` hands out
+// the next answer to start (its prompt and, when sampling, its generator; false: none
+// now) and `finished` takes each answer the moment it ends, with its id (the order
+// answers started in). A finished answer's row goes to the next answer from the source
+// at once, so the batch stays full while the source has prompts; returns once every
+// started answer finished and the source has none to give. At most `max_rows` answers
+// run at once; no prompt may be longer than `longest_prompt`. Returns the most bytes of
+// KV cache this rank held. Collective over the model's group like generate (its ranks'
+// sources must hand out the same prompts).
+struct PromptSource {
+  std::function<bool(std::vector<int64_t>& prompt, at::Generator& generator)> next;
+  std::function<void(int64_t id, Generated answer)> finished;
+};
+int64_t generate_stream(RolloutModel& model, const SamplingParams& params, int64_t longest_prompt, int64_t max_rows,
+                        PromptSource& source, const WeightCheck& weight_check = {});
+
 // The same on a whole model (t = 1).
 std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators);
