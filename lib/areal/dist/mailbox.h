@@ -78,7 +78,6 @@ class Mailbox {
 class Napper {
  public:
   void nap();
-  void reset() { naps_ = 0; }
 
  private:
   int64_t naps_ = 0;

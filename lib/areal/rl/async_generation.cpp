@@ -162,9 +162,7 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
   };
   // At most rollout.max_running_requests answers decode at once (else every answer of
   // the groups in flight), with room for the longest prompt of the data.
-  int64_t longest_prompt = 0;
-  for (size_t i = 0; i < in.train->size(); ++i)
-    longest_prompt = std::max<int64_t>(longest_prompt, static_cast<int64_t>((*in.train)[i].ids.size()));
+  const int64_t longest = longest_prompt(*in.train);
   const int64_t max_rows = rc.max_running_requests > 0 ? rc.max_running_requests : concurrent * n_samples;
   try {
     evaluate_now();
@@ -172,7 +170,7 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
       // Runs until the source has nothing to start and every answer finished: the
       // staleness rule holds the next group back, an evaluation is due, or all are out.
       started.clear();  // answer ids count from 0 in each stream; none is in flight now
-      generate_stream(model, in.sampling, longest_prompt, max_rows, feed, check);
+      generate_stream(model, in.sampling, longest, max_rows, feed, check);
       evaluate_now();
       skip_others();
       if (next >= total_groups) break;

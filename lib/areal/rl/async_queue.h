@@ -19,6 +19,7 @@ namespace areal {
 
 constexpr int kTagGroup = 22;  // a finished group, generation -> its trainer
 constexpr int kTagEval = 23;   // a held-out score, generation replica 0 -> the first trainer
+constexpr int kEvalSource = 0;  // generation replica 0's first rank, which evaluates: world rank 0
 
 // One prompt's answers, scored on the generation side.
 struct FinishedGroup {

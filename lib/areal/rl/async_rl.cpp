@@ -45,7 +45,6 @@ void run_async_rl(const Config& cfg, const RlInputs& inputs, const ModelConfig& 
   GenerationLink link;
   link.mail = &mail;
   link.replicas = static_cast<int>(a.rollout.data);
-  link.eval_source = 0;
   for (int g = 0; g < generation_ranks; ++g)
     if (g % trainers == trainer.rank) link.served.push_back(g);
   run_rl(cfg, inputs, trainer, *side, policy, &link);

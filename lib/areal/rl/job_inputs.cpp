@@ -61,12 +61,6 @@ size_t smallest_batch(const EpochSpec& spec) {
   return smallest;
 }
 
-int64_t longest_prompt(const PromptDataset& data) {
-  int64_t longest = 0;
-  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
-  return longest;
-}
-
 // The model's tokenizer (tokenizer_path, else model_path's tokenizer.json, else the
 // byte tokenizer) and the chat template, checked against the model's vocabulary.
 std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig& model) {
@@ -175,6 +169,12 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
 }
 
 }  // namespace
+
+int64_t longest_prompt(const PromptDataset& data) {
+  int64_t longest = 0;
+  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
+  return longest;
+}
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);

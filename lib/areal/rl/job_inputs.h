@@ -50,6 +50,9 @@ struct JobInputs {
   std::optional<SftInputs> sft;  // job=sft
 };
 
+// The most tokens a prompt of `data` has (the memory checks, the generation stream's rows).
+int64_t longest_prompt(const PromptDataset& data);
+
 // Loads and checks the inputs of cfg.job (nothing for job=init beyond the model's
 // options). `model` is the config.json the init will build (init_model_config).
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model);

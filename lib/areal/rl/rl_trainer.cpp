@@ -224,8 +224,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     double wanted = -1;
     if (!link || !valid || me.rank != 0) return wanted;
     for (;;) {
-      std::optional<Message> m = wait_for >= 0 ? link->mail->receive(kTagEval, link->eval_source, "the held-out score")
-                                               : link->mail->poll(kTagEval, link->eval_source);
+      std::optional<Message> m = wait_for >= 0 ? link->mail->receive(kTagEval, kEvalSource, "the held-out score")
+                                               : link->mail->poll(kTagEval, kEvalSource);
       if (!m) return wanted;
       const EvalScore score = decode_eval(m->bytes);
       log::info(cat("eval (weights of step ", score.version, ", on the generation ranks): greedy accuracy ",

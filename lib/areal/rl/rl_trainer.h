@@ -42,7 +42,6 @@ struct RlSummary {
 struct GenerationLink {
   Mailbox* mail = nullptr;
   std::vector<int> served;  // the generation ranks this trainer sends weights to
-  int eval_source = 0;      // the world rank that sends held-out scores (generation replica 0's first)
   int replicas = 1;         // generation replicas (each one's first rank sends groups)
 };
 
