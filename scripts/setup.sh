@@ -42,14 +42,14 @@ if [ ! -x "$AREAL_VENV/bin/python" ]; then
   python3 -m venv "$AREAL_VENV"
 fi
 if ! "$AREAL_VENV/bin/python" - <<PY 2>/dev/null
-import sys, numpy, torch, transformers, safetensors, tokenizers, tensorboard, matplotlib, math_verify
+import sys, numpy, torch, transformers, safetensors, tokenizers, tensorboard, matplotlib, math_verify, peft
 sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH' or transformers.__version__ != '$AREAL_TRANSFORMERS')
 PY
 then
   log "installing torch==$AREAL_TORCH, transformers==$AREAL_TRANSFORMERS into $AREAL_VENV (about 4 GB the first time)"
   "$AREAL_VENV/bin/pip" install -q --upgrade pip
   "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" "transformers==$AREAL_TRANSFORMERS" safetensors numpy \
-      tensorboard matplotlib math-verify  # tests read TensorBoard files with the real reader; the demo draws its
-      # plot; scripts/rewards/gsm8k.py verifies answers with math-verify
+      tensorboard matplotlib math-verify peft  # tests read TensorBoard files with the real reader; the demo draws
+      # its plot; scripts/rewards/gsm8k.py verifies answers with math-verify; a test starts LoRA from PEFT's adapter
 fi
 log "ready: Debian packages present, torch $AREAL_TORCH and transformers $AREAL_TRANSFORMERS in $AREAL_VENV"

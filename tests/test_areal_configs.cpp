@@ -165,7 +165,7 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
   CHECK(dapo.actor.overlong_reward_penalty);
   CHECK(dapo.actor.overlong_tokens == 8);
   CHECK(dapo.actor.overlong_penalty_factor == Approx(1.0));
-  CHECK(ignored(dapo, "dynamic_bs"));
+  CHECK(dapo.dynamic_bs);  // the step trains on the groups that stay (no refill)
   // RLOO: the leave-one-out group mean as the baseline, no std.
   CHECK(rloo.actor.reward_norm.mean_level == "group");
   CHECK(rloo.actor.reward_norm.mean_leave1out);
@@ -218,6 +218,54 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
     CHECK(steps == 2);
   }
   fs::remove_all(root);
+}
+
+TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means its algorithm", "[config][areal]") {
+  const fs::path previous = fs::current_path();
+  fs::current_path(AREAL_SOURCE_DIR);
+  auto load = [](const std::string& name) {
+    INFO(name);
+    // The model is a cluster path; the test model stands in for it.
+    Config cfg = load_config("configs/qwen2.5-0.5b-gsm8k-" + name + ".yaml",
+                             {{"model_path", "tests/fixtures/models/tiny_chat"}});
+    CHECK_NOTHROW(validate_config(cfg));
+    CHECK(cfg.experiment_name == "gsm8k-" + name);
+    CHECK(cfg.gconfig.n_samples == 4);
+    return cfg;
+  };
+  const Config grpo = load("grpo"), drgrpo = load("drgrpo"), gspo = load("gspo"), dapo = load("dapo"),
+               rloo = load("rloo"), liteppo = load("liteppo"), reinforce = load("reinforce-pp"),
+               lora = load("grpo-lora");
+  fs::current_path(previous);
+  // GRPO: group mean and std, then batch-normalized advantages, token-mean loss.
+  CHECK(grpo.actor.reward_norm.mean_level == "group");
+  CHECK(grpo.actor.reward_norm.std_level == "group");
+  CHECK(grpo.actor.adv_norm.std_level == "batch");
+  CHECK(grpo.actor.loss_agg_mode == "token-mean");
+  // Dr.GRPO as the paper: no std anywhere, token sums over a constant.
+  CHECK(drgrpo.actor.reward_norm.mean_level == "group");
+  CHECK(drgrpo.actor.reward_norm.std_level == "none");
+  CHECK(drgrpo.actor.adv_norm.mean_level == "none");
+  CHECK(drgrpo.actor.adv_norm.std_level == "none");
+  CHECK(drgrpo.actor.loss_agg_mode == "seq-mean-token-sum-norm");
+  CHECK(gspo.actor.importance_sampling_level == "sequence");
+  CHECK(dapo.actor.eps_clip_higher == Approx(0.28));
+  CHECK(dapo.actor.overlong_reward_penalty);
+  CHECK(dapo.actor.overlong_tokens == 256);
+  CHECK(dapo.actor.dynamic_sampling);
+  CHECK(rloo.actor.reward_norm.mean_leave1out);
+  CHECK(rloo.actor.reward_norm.std_level == "none");
+  CHECK(liteppo.actor.reward_norm.std_level == "batch");
+  CHECK(reinforce.actor.reward_norm.mean_level == "none");
+  CHECK(reinforce.actor.kl_ctl == Approx(0.001));
+  CHECK(lora.actor.use_lora);
+  CHECK(lora.actor.lora_rank == 16);
+  CHECK(lora.optimizer.lr == Approx(1.7e-4));
+  // Every config in configs/ of this family is one of the above.
+  int family = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(AREAL_SOURCE_DIR) / "configs"))
+    family += entry.path().filename().string().rfind("qwen2.5-0.5b-gsm8k-", 0) == 0;
+  CHECK(family == 8);
 }
 
 // What areal-train does not have is refused by name, never run as something else.
@@ -276,8 +324,12 @@ TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and
                  " cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  int steps = 0;
-  for (const auto& row : read_jsonl(root / "gsm8k-sft" / "trial0" / "stats.jsonl")) steps += row.contains("loss");
+  int steps = 0, evaluations = 0;
+  for (const auto& row : read_jsonl(root / "gsm8k-sft" / "trial0" / "stats.jsonl")) {
+    steps += row.contains("loss");
+    evaluations += row.contains("eval_loss") && row["eval_loss"].get<double>() > 0;
+  }
   CHECK(steps == 2);
+  CHECK(evaluations == 2);  // its valid_dataset, before and after training
   fs::remove_all(root);
 }

@@ -17,6 +17,7 @@
 #include <regex>
 
 #include "areal/model/hf_weights.h"
+#include "jsonl_rows.h"
 #include "run_binary.h"
 
 using Catch::Matchers::Contains;
@@ -312,6 +313,40 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
     INFO(p1[i].key());
     CHECK(at::allclose(p1[i].value(), p2[i].value(), 1e-4, 1e-5));
   }
+  fs::remove_all(root);
+}
+
+TEST_CASE("binary: --job sft evaluates valid_dataset: on the training batch it equals the next step's loss",
+          "[binary][mpi][sft]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("areal_sft_eval_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  // One batch is the whole file, so every step trains on exactly what is evaluated: the
+  // evaluation after step k (same weights, no update, other batches and packing) must
+  // give the loss step k + 1 computes before its update.
+  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " + kBin +
+                 " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
+                 " --train_dataset.batch_size 64 --total_train_epochs 3 --actor.dtype float32 --optimizer.lr 1e-3"
+                 " --valid_dataset.path configs/data/arithmetic_sft.jsonl --valid_dataset.batch_size 10"
+                 " --evaluator.freq_steps 1 --cluster.fileroot " + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("eval (before training): loss") && Contains("held-out loss"));
+  std::vector<double> train, eval;
+  std::vector<int64_t> eval_steps;
+  for (const auto& row : read_jsonl(root / "areal-train" / "trial0" / "stats.jsonl")) {
+    if (row.contains("eval_loss")) {
+      eval.push_back(row["eval_loss"].get<double>());
+      eval_steps.push_back(row["step"].get<int64_t>());
+    } else {
+      train.push_back(row["loss"].get<double>());
+    }
+  }
+  REQUIRE(train.size() == 3);
+  REQUIRE(eval.size() == 4);  // before, after steps 1 and 2, after the last
+  CHECK(eval_steps == std::vector<int64_t>{0, 1, 2, 3});
+  for (size_t k = 0; k < 3; ++k) CHECK(eval[k] == Approx(train[k]).epsilon(1e-4));
+  CHECK(eval[3] < eval[0]);  // it learns
   fs::remove_all(root);
 }
 

@@ -15,14 +15,17 @@
 #include "areal/model/hf_weights.h"
 #include "areal/optim/adamw.h"
 #include "mpi/mpi_fixture.h"
+#include "run_python.h"
 
 using namespace areal;
 using areal::testing::g_comm;
 using areal::testing::g_me;
+using Catch::Matchers::Contains;
 
-TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B = 0, only adapters train",
-          "[mpi][lora]") {
-  const std::string path = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+namespace {
+
+// Memory-efficient load of `path` on the CPU in float32, LoRA rank 4, alpha 8 (scale 2).
+Config lora_config(const std::string& path) {
   Config cfg;
   cfg.model_path = path;
   cfg.fsdp.memory_efficient_load = true;
@@ -31,6 +34,15 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
   cfg.actor.lora_rank = 4;
   cfg.actor.lora_alpha = 8;
   cfg.actor.dtype = "float32";
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B = 0, only adapters train",
+          "[mpi][lora]") {
+  const std::string path = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+  Config cfg = lora_config(path);
   FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);  // the C++ API: a Config in code, then the engine
   ShardedModel& model = fsdp.model();
   REQUIRE(model.has_adapters());
@@ -107,4 +119,58 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
     std::filesystem::remove_all(merged);
   }
   g_comm->barrier();
+}
+
+TEST_CASE("lora: training starts from a PEFT adapter directory, computing what PEFT computes", "[mpi][lora]") {
+  const std::string base = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+  const auto dir = std::filesystem::temp_directory_path() / ("areal_peft_np" + std::to_string(g_me.world_size));
+  // Rank 0 has PEFT write the adapter (A and B random) and its logits; the others wait.
+  at::Tensor written = at::zeros({1}, at::kDouble);
+  if (g_me.rank == 0) {
+    std::filesystem::remove_all(dir);
+    PythonResult python = run_python("peft_adapter_reference.py " + base + " " + dir.string());
+    INFO(python.output);
+    CHECK(python.exit_code == 0);
+    written.fill_(python.exit_code == 0 ? 1 : 0);
+  }
+  g_comm->broadcast(written, 0);
+  REQUIRE(written.item<double>() == 1);
+
+  Config cfg = lora_config(base);
+  cfg.actor.lora_adapter_path = dir.string();  // PEFT's adapter, of the same rank and alpha
+  {
+    FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
+    // Every adapter tensor is the file's, bit for bit.
+    io::SafetensorsReader file((dir / "adapter_model.safetensors").string());
+    int64_t compared = 0;
+    for (size_t layer = 0; layer < fsdp.model().adapter_units().size(); ++layer)
+      for (const auto& [name, view] : fsdp.model().adapter_views(layer, fsdp.model().gather_adapter(layer, *g_comm, at::kFloat))) {
+        INFO(name);
+        CHECK(at::equal(view, file.read("base_model.model." + name)));
+        ++compared;
+      }
+    CHECK(compared == static_cast<int64_t>(file.tensors().size()));
+    // The adapted model's logits are PEFT's.
+    io::SafetensorsReader reference((dir / "reference_logits.safetensors").string());
+    at::NoGradGuard no_grad;
+    at::Tensor logits = fsdp.engine->forward(reference.read("input_ids"));
+    const at::Tensor expected = reference.read("logits");
+    CHECK(at::allclose(logits, expected, 1e-4, 1e-4));
+    CHECK_FALSE(at::allclose(logits, load_causal_lm(base, at::kFloat)->forward(reference.read("input_ids")), 1e-3, 1e-3));
+  }
+
+  // A wrong adapter is refused on every rank before the checkpoint loads, saying why.
+  Config wrong_rank = cfg;
+  wrong_rank.actor.lora_rank = 8;
+  CHECK_THROWS_WITH(make_fsdp_engine(wrong_rank, g_me, *g_comm), Contains("the adapter has r = 4 and lora_alpha = 8") &&
+                                                                     Contains("actor.lora_rank = 8"));
+  Config fewer_targets = cfg;
+  fewer_targets.actor.target_modules = {"q_proj", "v_proj"};
+  CHECK_THROWS_WITH(make_fsdp_engine(fewer_targets, g_me, *g_comm), Contains("is not one this run trains"));
+  Config other_base = cfg;
+  other_base.model_path = AREAL_SOURCE_DIR "/tests/fixtures/models/llama_mha_bias";  // k_proj, v_proj: 32 rows, not 16
+  CHECK_THROWS_WITH(make_fsdp_engine(other_base, g_me, *g_comm), Contains("adapter_model.safetensors") &&
+                                                                     Contains("the base model needs"));
+  g_comm->barrier();
+  if (g_me.rank == 0) std::filesystem::remove_all(dir);
 }

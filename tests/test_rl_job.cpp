@@ -134,8 +134,10 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
 
 TEST_CASE("rl job: with LoRA the KL reference is the base model, and the adapters are saved", "[rl][binary][mpi]") {
   const fs::path root = fresh_dir("lora");
+  // A reward bias without normalization, so that the adapters move although the tiny model earns no reward.
   Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --actor.use_lora true --actor.lora_rank 4"
-                 " --actor.kl_ctl 0.1 --saver.merge_lora true --cluster.fileroot " + root.string());
+                 " --actor.kl_ctl 0.1 --saver.merge_lora true --actor.reward_bias 1 --actor.adv_norm.mean_level none"
+                 " --actor.adv_norm.std_level none --optimizer.lr 1e-2 --cluster.fileroot " + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::vector<json> rows = read_jsonl(root / "ci-smoke" / "trial0" / "stats.jsonl");
@@ -145,6 +147,88 @@ TEST_CASE("rl job: with LoRA the KL reference is the base model, and the adapter
   for (const char* file : {"checkpoint/adapter_model.safetensors", "checkpoint/adapter_config.json",
                            "checkpoint-merged/model.safetensors"})
     CHECK(fs::exists(root / "ci-smoke" / "trial0" / file));
+
+  // A new run continues from the saved adapters (actor.lora_adapter_path): they are not
+  // zero, so from its first step the policy differs from the base (the KL reference).
+  const fs::path again = fresh_dir("lora_again");
+  Result next = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --actor.use_lora true --actor.lora_rank 4"
+                    " --actor.kl_ctl 0.1 --total_train_steps 1 --actor.lora_adapter_path " +
+                    (root / "ci-smoke" / "trial0" / "checkpoint").string() + " --cluster.fileroot " + again.string());
+  INFO(next.output);
+  REQUIRE(next.exit_code == 0);
+  CHECK_THAT(next.output, Contains("LoRA adapters from"));
+  rows = read_jsonl(again / "ci-smoke" / "trial0" / "stats.jsonl");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1]["kl"].get<double>() > 1e-6);
+}
+
+TEST_CASE("rl job: actor.loss_agg_mode aggregates the first update's token losses as named", "[rl][binary][mpi]") {
+  // Every score is clipped to 0.5 whatever the reward ((r + 1) * 1 clipped to +-0.5), no
+  // KL, no normalization: every answer token's advantage is 0.5. The first update is on
+  // policy (ratio 1), so each token's loss is -0.5 and the minibatch loss is -0.5 per
+  // unit: -0.5 (token-mean, seq-mean-token-mean), -0.5 x the mean answer length
+  // (seq-mean-token-sum), that over max_new_tokens = 16 (seq-mean-token-sum-norm).
+  const std::string base = " --config configs/ci_smoke.yaml --total_train_steps 1 --actor.ppo_n_minibatches 1"
+                           " --actor.kl_ctl 0 --actor.reward_bias 1 --actor.reward_clip 0.5 --actor.recompute_logprob true"
+                           " --actor.adv_norm.mean_level none --actor.adv_norm.std_level none";
+  for (const char* mode : {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}) {
+    INFO(mode);
+    const fs::path root = fresh_dir(std::string("agg_") + mode);
+    Result r = run(kMpirun + " -np 2 " + kBin + base + " --actor.loss_agg_mode " + mode +
+                   " --cluster.fileroot " + root.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<json> rows = read_jsonl(root / "ci-smoke" / "trial0" / "stats.jsonl");
+    REQUIRE(rows.size() == 3);
+    const double length = rows[1]["response_length_mean"].get<double>();
+    const std::string m = mode;
+    const double expected = m == "seq-mean-token-sum"        ? -0.5 * length
+                            : m == "seq-mean-token-sum-norm" ? -0.5 * length / 16
+                                                             : -0.5;
+    CHECK(rows[1]["loss"].get<double>() == Approx(expected).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("rl job: DAPO's refill (dynamic_bs false) trains every step on batch_size groups with a signal",
+          "[rl][binary][mpi][python][dapo]") {
+  // A reward that scores about half the answers 1 whatever the model: some groups of two
+  // carry a signal, some do not.
+  const std::string base = kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --total_train_epochs 2"
+                           " --total_train_steps 3 --actor.dynamic_sampling true '--reward_fn=command:" + AREAL_PYTHON +
+                           " scripts/rewards/worker.py tests/python/parity_reward.py:parity_reward_fn'";
+  auto steps_of = [](const fs::path& root) {
+    std::vector<json> steps;
+    for (const json& row : read_jsonl(root / "ci-smoke" / "trial0" / "stats.jsonl"))
+      if (row.contains("loss")) steps.push_back(row);
+    return steps;
+  };
+  // Refill: every step trains on exactly 4 groups (train_dataset.batch_size), generating
+  // more rounds where the batch had groups without a signal.
+  const fs::path refill = fresh_dir("refill");
+  Result r = run(base + " --dynamic_bs false --cluster.fileroot " + refill.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<json> steps = steps_of(refill);
+  REQUIRE(steps.size() == 3);
+  double rounds = 0;
+  for (const json& step : steps) {
+    CHECK(step["dynamic_sampling_kept_groups"].get<double>() == 4);
+    rounds += step["refill_rounds"].get<double>();
+  }
+  CHECK(rounds >= 1);
+  // Without the refill (AReaL's dynamic_bs: true) some step trains on fewer groups.
+  const fs::path smaller = fresh_dir("no_refill");
+  Result s = run(base + " --dynamic_bs true --cluster.fileroot " + smaller.string());
+  INFO(s.output);
+  REQUIRE(s.exit_code == 0);
+  steps = steps_of(smaller);
+  REQUIRE(steps.size() == 3);
+  double fewest = 4;
+  for (const json& step : steps) {
+    CHECK_FALSE(step.contains("refill_rounds"));
+    fewest = std::min(fewest, step["dynamic_sampling_kept_groups"].get<double>());
+  }
+  CHECK(fewest < 4);
 }
 
 TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][binary][mpi]") {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "areal/rl/advantages.h"
+#include "areal/rl/batch_refill.h"
 #include "areal/rl/ppo_loss.h"
 
 using namespace areal;
@@ -199,6 +200,55 @@ TEST_CASE("rl: DAPO's dynamic sampling keeps the groups whose scores differ", "[
   batch.std_level = "none";
   const at::Tensor kept = groups_with_signal(scores, 3, nullptr);
   CHECK(close(normalize_rewards(scores, batch, nullptr, kept), t({1.0f / 3, -2.0f / 3, 1.0f / 3, 0, 0, 0, 0, 0, 0})));
+}
+
+TEST_CASE("rl: loss aggregation modes token-mean and seq-mean (token sum / mean / sum over a constant)",
+          "[rl][ppo][loss_agg]") {
+  // Three answers: 2 tokens, 4 tokens, and one left out (dynamic sampling: no mask).
+  const at::Tensor mask = t2({1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0}, 4);
+  const at::Tensor loss = t2({1, 3, 9, 9, 2, 2, 4, 8, 5, 5, 5, 5}, 4);
+  // Answer sums: 1 + 3 = 4 and 2 + 2 + 4 + 8 = 16, over 6 tokens, 2 answers.
+  auto aggregate = [&](const std::string& mode) {
+    return (loss * loss_token_weights(mask, mode, 8)).sum().item<double>() / loss_units(mask, mode);
+  };
+  CHECK(loss_units(mask, "token-mean") == 6);
+  CHECK(loss_units(mask, "seq-mean-token-mean") == 2);
+  CHECK(aggregate("token-mean") == Approx(20.0 / 6));                  // (4 + 16) / 6
+  CHECK(aggregate("seq-mean-token-sum") == Approx(10.0));              // (4 + 16) / 2
+  CHECK(aggregate("seq-mean-token-mean") == Approx(3.0));              // (4/2 + 16/4) / 2
+  CHECK(aggregate("seq-mean-token-sum-norm") == Approx(1.25));         // (4/8 + 16/8) / 2
+  // Units add up over ranks: the rows split between two ranks give the same loss.
+  for (const char* mode : {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}) {
+    INFO(mode);
+    const at::Tensor w = loss_token_weights(mask, mode, 8);
+    double sum = 0, units = 0;
+    for (int64_t rank = 0; rank < 2; ++rank) {
+      const at::Tensor rows = mask.narrow(0, rank * 2, rank == 0 ? 2 : 1);
+      sum += (loss.narrow(0, rank * 2, rows.size(0)) * loss_token_weights(rows, mode, 8)).sum().item<double>();
+      units += loss_units(rows, mode);
+    }
+    CHECK(sum / units == Approx((loss * w).sum().item<double>() / loss_units(mask, mode)));
+  }
+}
+
+TEST_CASE("rl: DAPO's refill draws seeded prompts and takes groups with a signal in rank order",
+          "[rl][advantages][dapo]") {
+  // The same draw on every rank and in a resumed run; another round or step draws others.
+  const std::vector<size_t> draw = refill_prompts(1, 5, 1, 64, 10);
+  CHECK(draw == refill_prompts(1, 5, 1, 64, 10));
+  CHECK(draw != refill_prompts(1, 5, 2, 64, 10));
+  CHECK(draw != refill_prompts(1, 6, 1, 64, 10));
+  CHECK(draw.size() == 64);
+  for (size_t index : draw) CHECK(index < 10);
+  // Groups of 2: [1, 0] and [0.5, 0.5 + tiny] have a signal, [2, 2] has none.
+  CHECK(group_signals({1, 0, 2, 2, 0.5, 0.5000001}, 2) == std::vector<bool>{true, false, true});
+  // 3 more groups wanted; ranks have 2, 0, 4 groups with a signal: rank 0 takes 2, rank
+  // 1 none, rank 2 the 1 left.
+  CHECK(groups_taken({2, 0, 4}, 0, 3) == 2);
+  CHECK(groups_taken({2, 0, 4}, 1, 3) == 0);
+  CHECK(groups_taken({2, 0, 4}, 2, 3) == 1);
+  CHECK(groups_taken({2, 0, 4}, 2, 10) == 4);  // never more than it has
+  CHECK(groups_taken({2, 0, 4}, 0, 0) == 0);
 }
 
 TEST_CASE("rl: GSPO's sequence-level ratio is the geometric mean of an answer's token ratios", "[rl][ppo][gspo]") {

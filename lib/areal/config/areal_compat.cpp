@@ -35,8 +35,6 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"enable_offload", "areal-train keeps the sharded training state in place while it generates"},
       {"actor.sapo_tau_pos", "used by SAPO only, which areal-train does not have"},
       {"actor.sapo_tau_neg", "used by SAPO only, which areal-train does not have"},
-      {"dynamic_bs", "with actor.dynamic_sampling the step trains on the groups that stay (AReaL's dynamic_bs: "
-                     "true); it never generates more to refill the batch"},
       {"sglang.", servers},
       {"vllm.", servers},
       {"launcher.", launch},

@@ -71,6 +71,7 @@ struct ActorConfig {
   int64_t lora_rank = 32;
   int64_t lora_alpha = 16;
   std::vector<std::string> target_modules = {"all-linear"};
+  std::string lora_adapter_path;  // a PEFT adapter directory to start from; empty: fresh adapters
   int64_t group_size = 1;
   int64_t ppo_n_minibatches = 4;
   double eps_clip = 0.2;
@@ -96,6 +97,9 @@ struct ActorConfig {
   double overlong_penalty_factor = 0.0;
   bool mask_no_eos_with_zero = false;  // truncated answers (no stop token) leave the loss
   bool dynamic_sampling = false;       // DAPO: groups whose rewards are all equal leave the batch
+  // How token losses make the minibatch loss: token-mean, seq-mean-token-sum,
+  // seq-mean-token-mean, seq-mean-token-sum-norm (Dr.GRPO's constant divisor).
+  std::string loss_agg_mode = "token-mean";
 };
 
 // AReaL's InferenceEngineConfig; only the generation shape so far.
@@ -189,6 +193,9 @@ struct Config {
   int64_t seed = 1;
   int64_t total_train_epochs = 1;
   int64_t total_train_steps = 0;  // 0: no limit beyond total_train_epochs
+  // AReaL's: with actor.dynamic_sampling, true trains on the groups that stay, false
+  // (AReaL's default) refills the batch with groups that carry a signal.
+  bool dynamic_bs = false;
 
   ClusterConfig cluster;
   FsdpConfig fsdp;

@@ -180,6 +180,9 @@ std::vector<OptionSpec> declare_options() {
       OPTION(seed).doc("Random seed for initialization, data order and sampling.").at_least(0),
       OPTION(total_train_epochs).doc("Number of passes over the training dataset.").at_least(1),
       OPTION(total_train_steps).doc("Stop after this many training steps (0: no limit beyond the epochs).").at_least(0),
+      OPTION(dynamic_bs).doc("With actor.dynamic_sampling (AReaL's meaning): true, a step trains on the groups "
+                             "that stay (a smaller batch); false, the batch is refilled with groups that carry a "
+                             "signal, generated from more prompts (docs/rl.md)."),
 
       OPTION(cluster.fileroot).doc("Root directory for checkpoints, recovery state and logs."),
       OPTION(cluster.collective_timeout).doc("Seconds a collective may wait for the other ranks before the job "
@@ -239,6 +242,12 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),
       OPTION(actor.target_modules).doc("Linear layers that get LoRA adapters: `all-linear` or names among "
                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj."),
+      OPTION(actor.lora_adapter_path).doc("Start LoRA from this PEFT adapter directory (adapter_config.json + "
+                                          "adapter_model.safetensors, as PEFT's save_pretrained and this "
+                                          "trainer's checkpoints write it) instead of fresh adapters. Its r, "
+                                          "lora_alpha and target modules must equal actor.lora_rank, lora_alpha "
+                                          "and target_modules, and its tensors the base model's shapes. Empty: "
+                                          "fresh adapters (B = 0)."),
       OPTION(actor.group_size).doc("Answers per prompt that form one group for advantage normalization.")
           .at_least(1),
       OPTION(actor.ppo_n_minibatches).doc("Minibatch updates per rollout batch.").at_least(1),
@@ -298,6 +307,13 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.dynamic_sampling).doc("DAPO's dynamic sampling: groups whose answers all scored the same carry "
                                          "no signal and leave the step (loss, token counts and batch statistics); "
                                          "when no group has a signal, all stay (AReaL's rule)."),
+      OPTION(actor.loss_agg_mode)
+          .doc("How the token losses of a minibatch (all ranks) make its loss: `token-mean` (their sum over "
+               "the answer tokens' count), `seq-mean-token-sum` (each answer's sum, averaged over answers), "
+               "`seq-mean-token-mean` (each answer's mean, averaged over answers), `seq-mean-token-sum-norm` "
+               "(each answer's sum over the constant gconfig.max_new_tokens, averaged over answers: Dr.GRPO). "
+               "veRL's names; AReaL has token-mean only.")
+          .choices({"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}),
 
       // ---- generation ----
       OPTION(rollout.backend)
@@ -350,12 +366,14 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
       OPTION(train_dataset.prompt_key).doc("JSONL field holding the prompt (job=rl)."),
       OPTION(train_dataset.answer_key).doc("JSONL field holding the reference answer (job=rl)."),
-      OPTION(valid_dataset.path).doc("Held-out prompts for greedy evaluation (job=rl): JSONL or `builtin:<task>` "
-                                     "(empty: no evaluation)."),
+      OPTION(valid_dataset.path).doc("Held-out data: prompts for greedy evaluation (job=rl), or sequences whose "
+                                     "loss is evaluated (job=sft); JSONL or `builtin:<task>` (empty: no "
+                                     "evaluation)."),
       OPTION(valid_dataset.type).doc("Dataset kind: `rl` (held-out prompts and reference answers, job=rl), or "
-                                     "`sft` (AReaL's SFT config; read, not used yet: job=sft has no evaluation).")
+                                     "`sft` (AReaL's SFT config: held-out sequences, job=sft).")
           .choices({"rl", "sft"}),
-      OPTION(valid_dataset.batch_size).doc("Answers generated at once per rank during evaluation.").at_least(1),
+      OPTION(valid_dataset.batch_size).doc("Answers generated at once per rank during evaluation (job=rl); "
+                                           "held-out sequences per round over all ranks (job=sft).").at_least(1),
       OPTION(valid_dataset.shuffle).doc("Unused for evaluation (every prompt is evaluated once)."),
       OPTION(valid_dataset.drop_last).doc("Unused for evaluation (every prompt is evaluated once)."),
       OPTION(valid_dataset.max_length).doc("Skip held-out prompts longer than this many tokens (0: no limit).")

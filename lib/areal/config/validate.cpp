@@ -90,7 +90,7 @@ void validate_config(const Config& cfg) {
     throw ConfigError("option 'valid_dataset.type' = sft is for job=sft; job=rl evaluates on prompts (type rl)");
   if (cfg.job == "rl" || cfg.job == "sft") {
     check_not_hub_id("train_dataset.path", cfg.train_dataset.path, " --repo-type dataset");
-    if (cfg.job == "rl") check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
+    check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
     check_not_hub_id("tokenizer_path", cfg.tokenizer_path, "");
   }
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
@@ -134,6 +134,16 @@ void validate_config(const Config& cfg) {
     throw ConfigError("option 'actor.dynamic_sampling' compares the answers of a group: it needs gconfig.n_samples >= 2");
   if (cfg.actor.behav_imp_weight_cap != 0.0 && !cfg.actor.use_decoupled_loss)
     throw ConfigError("option 'actor.behav_imp_weight_cap' needs actor.use_decoupled_loss: true");
+  if (!cfg.actor.lora_adapter_path.empty()) {
+    const std::filesystem::path dir = cfg.actor.lora_adapter_path;
+    if (!cfg.actor.use_lora)
+      throw ConfigError("option 'actor.lora_adapter_path' needs actor.use_lora: true (it names adapters to train)");
+    for (const char* file : {"adapter_config.json", "adapter_model.safetensors"})
+      if (!std::filesystem::exists(dir / file))
+        throw ConfigError(cat("option 'actor.lora_adapter_path': '", (dir / file).string(),
+                              "' does not exist (a PEFT adapter directory holds adapter_config.json and "
+                              "adapter_model.safetensors)"));
+  }
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
     throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));
 

@@ -5,7 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <set>
 
+#include "areal/io/safetensors.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 
@@ -13,6 +20,41 @@ namespace areal {
 namespace {
 
 const std::vector<std::string> kLinears = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+// PEFT's name of an adapter tensor: the model's module path under base_model.model.
+std::string peft_name(const std::string& name) { return "base_model.model." + name; }
+
+// adapter_config.json: a plain LoRA of actor's r and alpha, or a ConfigError saying why not.
+void check_peft_config(const std::filesystem::path& file, const ActorConfig& actor) {
+  nlohmann::json config;
+  try {
+    std::ifstream in(file);
+    config = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw ConfigError(cat("option 'actor.lora_adapter_path': ", file.string(), " is not valid JSON: ", e.what()));
+  }
+  auto fail = [&](const std::string& why) {
+    throw ConfigError(cat("option 'actor.lora_adapter_path': ", file.string(), ": ", why));
+  };
+  auto truthy = [&](const char* key) {
+    return config.contains(key) && !config[key].is_null() && config[key] != false && config[key] != nlohmann::json::object() &&
+           config[key] != nlohmann::json::array();
+  };
+  if (config.value("peft_type", "LORA") != "LORA")
+    fail(cat("peft_type is ", config["peft_type"].dump(), "; only LoRA adapters can be trained here"));
+  const int64_t r = config.value("r", int64_t{0}), alpha = config.value("lora_alpha", int64_t{0});
+  if (r != actor.lora_rank || alpha != actor.lora_alpha)
+    fail(cat("the adapter has r = ", r, " and lora_alpha = ", alpha, " but actor.lora_rank = ", actor.lora_rank,
+             " and actor.lora_alpha = ", actor.lora_alpha, "; set those to the adapter's"));
+  for (const char* key : {"use_rslora", "use_dora", "rank_pattern", "alpha_pattern", "modules_to_save",
+                          "layers_to_transform", "layer_replication", "fan_in_fan_out", "lora_bias",
+                          "trainable_token_indices"})
+    if (truthy(key))
+      fail(cat(key, " is ", config[key].dump(), ": only plain LoRA (scale lora_alpha / r on every adapted linear "
+               "of every layer) is built here"));
+  if (config.value("bias", "none") != "none")
+    fail(cat("bias is ", config["bias"].dump(), ": adapters that train biases are not built here (bias: none)"));
+}
 
 }  // namespace
 
@@ -68,6 +110,47 @@ at::Tensor seeded_adapter_unit(const UnitLayout& unit, size_t layer, int64_t see
       flat.narrow(0, slot.offset, slot.numel).uniform_(-bound, bound, gen);
     }  // lora_B stays zero
   return flat;
+}
+
+std::vector<at::Tensor> read_peft_adapter(const std::string& dir, const ActorConfig& actor,
+                                          const std::vector<UnitLayout>& units) {
+  const std::filesystem::path root(dir);
+  check_peft_config(root / "adapter_config.json", actor);
+  const std::string file = (root / "adapter_model.safetensors").string();
+  auto fail = [&](const std::string& why) {
+    throw ConfigError(cat("option 'actor.lora_adapter_path': ", file, ": ", why));
+  };
+  std::optional<io::SafetensorsReader> opened;
+  try {
+    opened.emplace(file);
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  const io::SafetensorsReader& reader = *opened;
+  std::set<std::string> unused;
+  for (const auto& entry : reader.tensors()) unused.insert(entry.name);
+  std::vector<at::Tensor> flats;
+  for (const UnitLayout& unit : units) {
+    at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+    for (const ParamSlot& slot : unit.params) {
+      const std::string name = peft_name(slot.name);
+      const io::TensorEntry* entry = reader.find(name);
+      if (!entry)
+        fail(cat("no tensor '", name, "': actor.target_modules (", join(actor.target_modules, ", "),
+                 ") adapts this linear and the adapter does not"));
+      if (entry->shape != slot.shape)
+        fail(cat("tensor '", name, "' has shape ", shape_text(entry->shape), ", the base model needs ",
+                 shape_text(slot.shape), " (r = ", actor.lora_rank, ")"));
+      at::Tensor view = flat.narrow(0, slot.offset, slot.numel);
+      reader.read_into(name, view);
+      unused.erase(name);
+    }
+    flats.push_back(flat);
+  }
+  if (!unused.empty())
+    fail(cat("tensor '", *unused.begin(), "' (", unused.size(), " in all) is not one this run trains: the adapter "
+             "adapts modules actor.target_modules (", join(actor.target_modules, ", "), ") leaves out"));
+  return flats;
 }
 
 }  // namespace areal

@@ -32,4 +32,15 @@ std::vector<UnitLayout> plan_adapter_units(const CausalLM& skeleton, const LoraS
 // so the adapted model starts equal to the base. A function of the seed and the layer.
 at::Tensor seeded_adapter_unit(const UnitLayout& unit, size_t layer, int64_t seed);
 
+// The adapter units read from a PEFT adapter directory (actor.lora_adapter_path:
+// adapter_config.json + adapter_model.safetensors, as PEFT's save_pretrained and this
+// trainer's checkpoints write them), one full flat buffer per unit (adapters are small).
+// Checked against `actor` and `units` (the base model's shapes): a LoRA adapter with
+// the same r and lora_alpha, none of the PEFT variants computed differently (rsLoRA,
+// DoRA, per-module ranks, trained biases or extra modules), every tensor the units hold
+// present with its shape, and no other. Throws ConfigError naming the file and what
+// differs.
+std::vector<at::Tensor> read_peft_adapter(const std::string& dir, const ActorConfig& actor,
+                                          const std::vector<UnitLayout>& units);
+
 }  // namespace areal

@@ -137,6 +137,17 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   result.model = std::make_unique<ShardedModel>(skeleton, std::move(units), me.rank, me.world_size,
                                                 at::Device(me.device));
   ShardedModel& model = *result.model;
+  // LoRA: the adapter layout, and a starting adapter (actor.lora_adapter_path) read and
+  // checked now, so that a wrong one is refused before the checkpoint streams.
+  LoraSpec lora;
+  std::vector<UnitLayout> adapter_units;
+  std::vector<at::Tensor> adapter_start;
+  if (cfg.actor.use_lora) {
+    lora = lora_spec(cfg.actor);
+    adapter_units = plan_adapter_units(*skeleton, lora, me.world_size);
+    if (!cfg.actor.lora_adapter_path.empty())
+      adapter_start = read_peft_adapter(cfg.actor.lora_adapter_path, cfg.actor, adapter_units);
+  }
   shard_stage.end(t);
 
   // 3. and 4. rank0_load and broadcast (interleaved unit by unit when streaming).
@@ -222,16 +233,18 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
                                    "' do not add up to the unit that was loaded"));
   verify_stage.end(t);
 
-  // LoRA adapters, generated on every rank from the seed like a scratch unit (B = 0:
-  // the adapted model starts equal to the loaded one).
+  // LoRA adapters: those read above, else generated on every rank from the seed like a
+  // scratch unit (B = 0: the adapted model starts equal to the loaded one).
   if (cfg.actor.use_lora) {
-    LoraSpec spec = lora_spec(cfg.actor);
-    model.add_adapters(plan_adapter_units(*skeleton, spec, me.world_size), spec.scale);
+    model.add_adapters(std::move(adapter_units), lora.scale);
     for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
       const UnitLayout& unit = model.adapter_units()[layer];
-      model.adapter_shard(layer).copy_(
-          seeded_adapter_unit(unit, layer, cfg.seed).narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
+      const at::Tensor flat = adapter_start.empty() ? seeded_adapter_unit(unit, layer, cfg.seed) : adapter_start[layer];
+      model.adapter_shard(layer).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
     }
+    if (!adapter_start.empty())
+      log::info(cat("LoRA adapters from ", cfg.actor.lora_adapter_path, " (r = ", cfg.actor.lora_rank,
+                    ", lora_alpha = ", cfg.actor.lora_alpha, ")"));
   }
 
   result.stages = {skeleton_stage.stats, shard_stage.stats, load_stage.stats, send_stage.stats, verify_stage.stats};

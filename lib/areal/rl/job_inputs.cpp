@@ -101,6 +101,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   check_batch_size(cfg, trainers, "trains on");
   in.schedule = training_schedule(cfg, trainers, in.train->size(), "prompts");
   const int64_t smallest = static_cast<int64_t>(smallest_batch(in.schedule.epochs));
+  if (allocation.separate && actor.dynamic_sampling && !cfg.dynamic_bs)
+    throw ConfigError("options 'actor.dynamic_sampling' with 'dynamic_bs' = false refill the batch by generating "
+                      "more, which asynchronous RL (separate generation ranks) does not do: it trains on the groups "
+                      "that stay; set dynamic_bs: true");
   // Asynchronous RL numbers the groups of the run by steps of batch_size.
   if (allocation.separate && smallest != td.batch_size)
     throw ConfigError(cat("option 'train_dataset.drop_last' = false leaves a partial last batch of ", smallest,
@@ -163,6 +167,14 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
     return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl);
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " sequences longer than train_dataset.max_length skipped"));
+  if (!cfg.valid_dataset.path.empty()) {
+    const DatasetConfig& vd = cfg.valid_dataset;
+    in.valid = loaded_for("valid_dataset.path", [&] {
+      return std::make_unique<TextDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, tmpl);
+    });
+    if (in.valid->size() == 0)
+      throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
+  }
   check_batch_size(cfg, me.world_size, "trains on");
   in.schedule = training_schedule(cfg, me.world_size, in.train->size(), "sequences");
   return in;

@@ -42,6 +42,7 @@ struct RlInputs {
 struct SftInputs {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TextDataset> train;
+  std::unique_ptr<TextDataset> valid;  // valid_dataset.path, when given: the held-out loss
   TrainingSchedule schedule;
 };
 

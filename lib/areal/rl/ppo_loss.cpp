@@ -32,6 +32,18 @@ at::Tensor sequence_level_logp(const at::Tensor& logp, const at::Tensor& base, c
   return base + (sums / counts).index_select(0, ids).view(logp.sizes());
 }
 
+at::Tensor loss_token_weights(const at::Tensor& mask, const std::string& mode, int64_t max_new_tokens) {
+  const at::Tensor m = mask.to(at::kFloat);
+  if (mode == "seq-mean-token-mean") return m / m.sum(1, /*keepdim=*/true).clamp_min(1);
+  if (mode == "seq-mean-token-sum-norm") return m / static_cast<double>(max_new_tokens);
+  return m;  // token-mean, seq-mean-token-sum
+}
+
+double loss_units(const at::Tensor& mask, const std::string& mode) {
+  if (mode == "token-mean") return mask.to(at::kDouble).sum().item<double>();
+  return (mask.sum(1) > 0).sum().item<double>();
+}
+
 at::Tensor behaviour_weights(const at::Tensor& proximal_logp, const at::Tensor& behaviour_logp, double cap) {
   at::Tensor weight = (proximal_logp - behaviour_logp).exp();
   if (cap > 0) weight = at::where(weight <= cap, weight, at::zeros_like(weight));

@@ -2,11 +2,13 @@
 //   ratio   = exp(logp - old_logp)
 //   loss    = max(-A * ratio, -A * clamp(ratio, 1 - eps_clip, 1 + eps_clip_higher))
 //   dual    for A < 0 and c_clip > 1: loss = min(loss, -A * c_clip)
-// eps_clip_higher = 0 means eps_clip. The trainer sums the masked token losses and
-// divides by the minibatch's token count over all ranks (token-level aggregation).
+// eps_clip_higher = 0 means eps_clip. The trainer weighs the token losses and divides
+// their sum by the minibatch's units over all ranks (loss aggregation, below).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <string>
 
 namespace areal {
 
@@ -29,6 +31,18 @@ PpoTokenLoss ppo_token_loss(const at::Tensor& logp, const at::Tensor& old_logp, 
 // receive their sequence's value.
 at::Tensor sequence_level_logp(const at::Tensor& logp, const at::Tensor& base, const at::Tensor& mask,
                                const at::Tensor& sequence);
+
+// Loss aggregation (actor.loss_agg_mode, veRL's names): a minibatch's loss is
+// sum(token_loss * weight) over its rows of all ranks, divided by the units of all ranks.
+//   mode                     weight of a token            units
+//   token-mean               1                            answer tokens
+//   seq-mean-token-sum       1                            answers
+//   seq-mean-token-mean      1 / its answer's length      answers
+//   seq-mean-token-sum-norm  1 / max_new_tokens           answers (Dr.GRPO's constant)
+// Weights are 0 where `mask` [rows, T] is 0; an answer with no token in the mask (left
+// out by dynamic sampling) is no unit.
+at::Tensor loss_token_weights(const at::Tensor& mask, const std::string& mode, int64_t max_new_tokens);
+double loss_units(const at::Tensor& mask, const std::string& mode);
 
 // Decoupled PPO (AReaL's use_decoupled_loss): the loss above is taken against the
 // proximal log-probs (the trainer's, before the update) and each token's is multiplied

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "areal/recover/run_recovery.h"
 #include "areal/rl/advantages.h"
 #include "areal/rl/async_queue.h"
+#include "areal/rl/batch_refill.h"
 #include "areal/rl/evaluation.h"
 #include "areal/rollout/weight_sync.h"
 #include "areal/rollout/generation.h"
@@ -53,9 +55,21 @@ struct Rollout {
   int64_t answer_tokens = 0, longest_answer = 0, truncated = 0, reward_failures = 0;
 };
 
-// Lays out the answers; scores them with `reward` (nullptr: the caller fills in rewards).
+// The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end).
+std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int64_t n_samples,
+                                  const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
+                                  Rewarder& reward, int64_t& failures) {
+  std::vector<RewardCall> calls;
+  for (size_t i = first_prompt * n_samples; i < answers.size(); ++i) {
+    const Prompt& prompt = *prompts[i / n_samples];
+    calls.push_back({&prompt.example, tokenizer.decode(answers[i].tokens), prompt.ids, answers[i].tokens});
+  }
+  return reward.score(calls, failures);
+}
+
+// Lays out the answers; the caller fills in the rewards.
 Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
-             const Tokenizer& tokenizer, Rewarder* reward) {
+             const Tokenizer& tokenizer) {
   Rollout r;
   const int64_t rows = static_cast<int64_t>(answers.size());
   int64_t longest = 0;
@@ -66,7 +80,6 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
   r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
   r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
   r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
-  std::vector<RewardCall> calls;
   for (int64_t i = 0; i < rows; ++i) {
     const Prompt& prompt = *prompts[i / n_samples];
     const Generated& answer = answers[i];
@@ -83,9 +96,7 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
     if (!answer.versions.empty()) r.head_versions.push_back(answer.versions.front());
-    if (reward) calls.push_back({&prompt.example, tokenizer.decode(answer.tokens), prompt.ids, answer.tokens});
   }
-  if (reward) r.rewards = reward->score(calls, r.reward_failures);
   return r;
 }
 
@@ -105,7 +116,7 @@ Rollout pack_groups(const std::vector<FinishedGroup>& groups, const PromptDatase
     rewards.insert(rewards.end(), g.rewards.begin(), g.rewards.end());
     failures += g.reward_failures;
   }
-  Rollout r = pack(prompts, n_samples, answers, tokenizer, nullptr);
+  Rollout r = pack(prompts, n_samples, answers, tokenizer);
   r.rewards = std::move(rewards);
   r.reward_failures = failures;
   return r;
@@ -186,6 +197,14 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   const int64_t n_samples = cfg.gconfig.n_samples, n_minibatches = actor.ppo_n_minibatches;
   const int64_t total_steps = schedule.total_steps;
   const int64_t max_tokens_per_mb = actor.mb_spec.max_tokens_per_mb;
+  // An answer's score: its raw reward (+ DAPO's overlong penalty), transformed.
+  auto score_of = [&](double raw, int64_t length) {
+    if (actor.overlong_reward_penalty)
+      raw += overlong_penalty(length, cfg.gconfig.max_new_tokens, actor.overlong_tokens, actor.overlong_penalty_factor);
+    return transform_reward(raw, actor);
+  };
+  // DAPO's refill (batch_refill.h); the asynchronous loop trains on the groups that stay.
+  const bool refill = actor.dynamic_sampling && !cfg.dynamic_bs && !link;
   log::info(cat("rl: ", train.size(), " prompts, ", schedule.steps_per_epoch, " steps per epoch, ", total_steps,
                 " steps; ", cfg.train_dataset.batch_size, " prompts x ", n_samples, " answers per step, ",
                 n_minibatches, " minibatches"));
@@ -278,54 +297,101 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     auto rollout_start = Clock::now();
     int64_t rows = 0;
     int64_t rollout_weight_bytes = 0, rollout_cache_bytes = 0;  // this rank's, for the stats
+    int64_t reward_failures = 0, refill_rounds = 0;
+    std::vector<float> refill_kept;  // DAPO's refill: 1 for each of this rank's groups in the batch
     Rollout r;
     if (link) {
       double waited = 0;
       r = pack_groups(inbox->take_step(step, waited), train, n_samples, tokenizer);
       rows = static_cast<int64_t>(r.rewards.size());
     } else {
+      // Generates the groups of `round_batch` (prompt indices) with the generation group,
+      // appending this rank's prompts and answers. Round 0 is the step's batch; later
+      // rounds refill it (DAPO, below) and sample with other generator streams.
       std::vector<const Prompt*> prompts;  // this rank's
-      std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
-      std::vector<at::Generator> generators;
-      size_t first_row = 0;  // of this rank's answers among the group's
-      for (int member = group.first; member < group.first + group.size; ++member) {
-        if (member == me.rank) first_row = prompt_ids.size();
-        for (size_t i : items_of(member, me.world_size, batch.size())) {
-          const size_t index = batch[i];
-          if (member == me.rank) prompts.push_back(&train[index]);
-          for (int64_t s = 0; s < n_samples; ++s) {
-            prompt_ids.push_back(train[index].ids);
-            generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s));
+      std::vector<Generated> answers;      // theirs, n_samples per prompt
+      RolloutModel slices(policy, group.comm.get(), compute_dtype, device);
+      rollout_weight_bytes = slices.weight_bytes();
+      auto generate_round = [&](const std::vector<size_t>& round_batch, int64_t round) {
+        std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
+        std::vector<at::Generator> generators;
+        size_t first_row = 0, mine = 0;  // this rank's answers among the group's
+        for (int member = group.first; member < group.first + group.size; ++member) {
+          if (member == me.rank) first_row = prompt_ids.size();
+          for (size_t i : items_of(member, me.world_size, round_batch.size())) {
+            const size_t index = round_batch[i];
+            if (member == me.rank) {
+              prompts.push_back(&train[index]);
+              mine += n_samples;
+            }
+            for (int64_t s = 0; s < n_samples; ++s) {
+              prompt_ids.push_back(train[index].ids);
+              generators.push_back(answer_generator(cfg.seed, step, static_cast<int64_t>(index), s + round * n_samples));
+            }
           }
         }
+        std::vector<Generated> group_answers = generate(slices, prompt_ids, sampling, generators, &rollout_cache_bytes);
+        answers.insert(answers.end(), group_answers.begin() + first_row, group_answers.begin() + first_row + mine);
+      };
+      generate_round(batch, 0);
+      std::vector<double> rewards = score_answers(prompts, n_samples, answers, 0, tokenizer, reward, reward_failures);
+      if (refill) {
+        // Rounds until batch_size groups of all ranks carry a signal; ranks take theirs
+        // in round order, then rank order.
+        const int64_t wanted = static_cast<int64_t>(batch.size());  // a partial last batch wants its own size
+        int64_t accepted = 0;
+        size_t round_first = 0;  // the round's first prompt among this rank's
+        for (int64_t round = 0;; ++round) {
+          if (round > 0) {
+            const int64_t missing = (wanted - accepted + me.world_size - 1) / me.world_size * me.world_size;
+            generate_round(refill_prompts(cfg.seed, step, round, missing, train.size()), round);
+            const std::vector<double> more =
+                score_answers(prompts, n_samples, answers, round_first, tokenizer, reward, reward_failures);
+            rewards.insert(rewards.end(), more.begin(), more.end());
+          }
+          std::vector<double> round_scores;
+          for (size_t i = round_first * n_samples; i < answers.size(); ++i)
+            round_scores.push_back(score_of(rewards[i], static_cast<int64_t>(answers[i].tokens.size())));
+          const std::vector<bool> signal = group_signals(round_scores, n_samples);
+          at::Tensor counts = at::zeros({me.world_size}, at::kLong);
+          counts[me.rank] = static_cast<int64_t>(std::count(signal.begin(), signal.end(), true));
+          comm.all_reduce(counts, ReduceOp::Sum);
+          const std::vector<int64_t> all(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + me.world_size);
+          int64_t take = groups_taken(all, me.rank, wanted - accepted);
+          for (bool has_signal : signal) {
+            const bool taken = has_signal && take > 0;
+            take -= taken;
+            refill_kept.push_back(taken ? 1.0f : 0.0f);
+          }
+          accepted = std::min(wanted, accepted + counts.sum().item<int64_t>());
+          round_first = prompts.size();
+          refill_rounds = round;
+          if (accepted == wanted || round == kMaxRefillRounds) break;
+        }
+        if (accepted < wanted)
+          log::warn(cat("step ", step + 1, ": ", accepted, " of ", wanted, " groups carry a signal after ",
+                        kMaxRefillRounds, " refill rounds; the step trains on ",
+                        accepted > 0 ? "those" : "all (none has a signal)"));
+        if (accepted == 0) std::fill(refill_kept.begin(), refill_kept.end(), 1.0f);  // AReaL's rule
       }
       rows = static_cast<int64_t>(prompts.size()) * n_samples;
-      std::vector<Generated> answers;
-      {
-        RolloutModel slices(policy, group.comm.get(), compute_dtype, device);
-        rollout_weight_bytes = slices.weight_bytes();
-        std::vector<Generated> group_answers = generate(slices, prompt_ids, sampling, generators, &rollout_cache_bytes);
-        answers.assign(group_answers.begin() + first_row, group_answers.begin() + first_row + rows);
-      }
-      r = pack(prompts, n_samples, answers, tokenizer, &reward);
+      r = pack(prompts, n_samples, answers, tokenizer);
+      r.rewards = std::move(rewards);
+      r.reward_failures = reward_failures;
     }
     const double rollout_seconds = seconds_since(rollout_start);
 
     // ---- scores: raw reward (+ DAPO's overlong penalty), transformed ----
     std::vector<double> scores;
-    for (size_t i = 0; i < r.rewards.size(); ++i) {
-      double raw = r.rewards[i];
-      if (actor.overlong_reward_penalty)
-        raw += overlong_penalty(r.answer_lengths[i], cfg.gconfig.max_new_tokens, actor.overlong_tokens,
-                                actor.overlong_penalty_factor);
-      scores.push_back(transform_reward(raw, actor));
-    }
+    for (size_t i = 0; i < r.rewards.size(); ++i) scores.push_back(score_of(r.rewards[i], r.answer_lengths[i]));
     const at::Tensor score_tensor = at::tensor(scores, at::kFloat);
     // DAPO's dynamic sampling: groups without a signal leave the step (no loss, no
-    // tokens, no part in the batch statistics).
+    // tokens, no part in the batch statistics); with the refill, so do the groups beyond
+    // the batch.
     at::Tensor kept;
     if (actor.dynamic_sampling) {
-      kept = groups_with_signal(score_tensor, n_samples, &comm);
+      kept = refill ? at::tensor(refill_kept, at::kFloat).repeat_interleave(n_samples)
+                    : groups_with_signal(score_tensor, n_samples, &comm);
       r.loss_mask *= kept.unsqueeze(1);
     }
 
@@ -356,11 +422,14 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
 
     // ---- PPO minibatch updates ----
-    at::Tensor mb_tokens = at::zeros({n_minibatches}, at::kDouble);
+    // Each minibatch's loss: weighted token losses over its units of all ranks (loss_agg_mode).
+    const at::Tensor loss_weights = loss_token_weights(r.loss_mask, actor.loss_agg_mode, cfg.gconfig.max_new_tokens);
+    at::Tensor mb_units = at::zeros({n_minibatches}, at::kDouble);
     for (int64_t m = 0; m < n_minibatches; ++m)
-      mb_tokens[m] = r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches)
-                         .sum().item<double>();
-    comm.all_reduce(mb_tokens, ReduceOp::Sum);
+      mb_units[m] = loss_units(r.loss_mask.narrow(0, rows * m / n_minibatches,
+                                                  rows * (m + 1) / n_minibatches - rows * m / n_minibatches),
+                               actor.loss_agg_mode);
+    comm.all_reduce(mb_units, ReduceOp::Sum);
     // Sums over this rank's answer tokens: loss, clipped, dual-clipped, entropy.
     double loss_sum = 0, clipped = 0, dual = 0, entropy = 0, grad_norm = 0, lr = 0;
     int64_t updates = 0;
@@ -371,7 +440,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                                       : at::Tensor();
     for (int64_t m = 0; m < n_minibatches; ++m) {
       const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
-      const double global_tokens = std::max(1.0, mb_tokens[m].item<double>());
+      const double global_units = std::max(1.0, mb_units[m].item<double>());
       // Micro-batches accumulate gradients. Each one's loss is summed over all ranks
       // before its backward: a non-finite one skips the whole minibatch's update.
       optimizer.zero_grad();
@@ -388,7 +457,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
         PpoTokenLoss pl = ppo_token_loss(logp, base, mb.lay_out(advantages), actor.eps_clip, actor.eps_clip_higher,
                                          actor.c_clip);
         at::Tensor token_loss = weights.defined() ? pl.loss * mb.lay_out(weights) : pl.loss;
-        at::Tensor local = (token_loss * mask).sum();
+        at::Tensor local = (token_loss * mb.lay_out(loss_weights)).sum();
         at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
         comm.all_reduce(part, ReduceOp::Sum);
         if (!std::isfinite(part.item<double>())) {
@@ -396,8 +465,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
           break;
         }
         // The engine averages gradients over ranks; the factor undoes it, so the
-        // gradient is that of the mean over the minibatch's tokens of all ranks.
-        (local * (static_cast<double>(me.world_size) / global_tokens)).backward();
+        // gradient is that of the minibatch's loss over all ranks.
+        (local * (static_cast<double>(me.world_size) / global_units)).backward();
         total += part.item<double>();
         mb_clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
         mb_dual += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
@@ -421,7 +490,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
       bad_in_a_row = 0;
       grad_norm += result.grad_norm;
       ++updates;
-      loss_sum += total / global_tokens;
+      loss_sum += total / global_units;
       clipped += mb_clipped;
       dual += mb_dual;
       entropy += mb_entropy;
@@ -496,7 +565,11 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
                        {"rollout_cache_bytes", mx(5)},
                        {"reward_failures", s(10)}};
     Stats extra;
-    if (actor.dynamic_sampling) extra.push_back({"dynamic_sampling_kept_share", s(12) / n});
+    if (actor.dynamic_sampling) {
+      extra.push_back({"dynamic_sampling_kept_share", s(12) / n});
+      extra.push_back({"dynamic_sampling_kept_groups", s(12) / static_cast<double>(n_samples)});
+    }
+    if (refill) extra.push_back({"refill_rounds", static_cast<double>(refill_rounds)});
     extra.push_back({"step_seconds", step_seconds});
     if (link) {  // rollout_seconds is the trainers' wait for the queue
       extra.push_back({"staleness_mean", s(13) / n});

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "areal/config/run_paths.h"
@@ -43,6 +44,33 @@ std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const 
   return {set, weights};
 }
 
+// The loss of the current weights over all of `data`'s sequences (their loss tokens,
+// all ranks), no update: batches of `batch_size` dealt to the ranks like a training
+// batch, each rank's rows packed into micro-batches (a rank may have none).
+double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_tokens_per_mb, int64_t pad,
+                       const RankInfo& me, Communicator& comm, Policy& policy) {
+  at::NoGradGuard no_grad;
+  at::Tensor sums = at::zeros({2}, at::kDouble);  // loss, tokens
+  for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
+    std::vector<size_t> batch;
+    for (size_t i = first; i < std::min(data.size(), first + static_cast<size_t>(batch_size)); ++i) batch.push_back(i);
+    auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, pad);
+    int64_t tokens = 1;
+    for (int64_t n : rows.lengths) tokens += n;
+    const int64_t budget = max_tokens_per_mb > 0 ? max_tokens_per_mb : tokens;  // default: one packed row
+    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device))) {
+      at::Tensor logits = mb.forward(policy);
+      at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                     mb.targets().reshape({-1}), {}, at::Reduction::None);
+      const at::Tensor w = mb.lay_out(weights).reshape({-1});
+      sums[0] += (token_loss * w).sum().to(at::kDouble).cpu();
+      sums[1] += w.sum().to(at::kDouble).cpu();
+    }
+  }
+  comm.all_reduce(sums, ReduceOp::Sum);
+  return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+}
+
 }  // namespace
 
 SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
@@ -69,6 +97,22 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   std::ofstream stats;
   if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl", resumed ? step : -1);
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
+  // Held-out loss on valid_dataset: before the first step, on evaluator.freq_*, after the last.
+  const TextDataset* valid = inputs.valid.get();
+  auto last_eval = std::chrono::steady_clock::now();
+  auto run_eval = [&](int64_t steps_done, const std::string& when) {
+    last_eval = std::chrono::steady_clock::now();
+    const double loss = evaluation_loss(*valid, cfg.valid_dataset.batch_size, cfg.actor.mb_spec.max_tokens_per_mb,
+                                        inputs.tokenizer->pad_id(), me, comm, policy);
+    log::info(cat("eval (", when, "): loss ", format_fixed(loss, 4), " on ", valid->size(), " held-out sequences"));
+    if (me.rank == 0) {
+      stats << nlohmann::json{{"step", steps_done}, {"eval_loss", loss}}.dump() << "\n";
+      stats.flush();
+    }
+    return loss;
+  };
+  if (valid && resumed) summary.eval_loss_before = resumed->figures["eval_loss_before"];
+  if (valid && !resumed) summary.eval_loss_before = run_eval(0, "before training");
   EpochPlan plan;
   for (; step < total_steps; ++step) {
     // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
@@ -122,10 +166,18 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
             << "\n";
       stats.flush();
     }
-    saver.after_step(step + 1, step + 1 == total_steps, policy);
-    recovery.after_step(step + 1, step + 1 == total_steps, {{"first_loss", summary.first_loss}});
+    const bool last = step + 1 == total_steps;
+    if (valid && !last &&
+        periodic_due(step + 1, schedule.steps_per_epoch, cfg.evaluator.freq_steps, cfg.evaluator.freq_epochs,
+                     cfg.evaluator.freq_secs, last_eval, comm))
+      run_eval(step + 1, cat("step ", step + 1));
+    saver.after_step(step + 1, last, policy);
+    std::map<std::string, double> figures = {{"first_loss", summary.first_loss}};
+    if (valid) figures["eval_loss_before"] = summary.eval_loss_before;
+    recovery.after_step(step + 1, last, figures);
   }
   summary.steps = step;
+  if (valid) summary.eval_loss_after = run_eval(step, "after training");
   {  // every rank's peak growth and peak, for benchmarks: <run dir>/train_memory.json
     at::Tensor memory = at::zeros({2, me.world_size}, at::kDouble);
     memory[0][me.rank] = static_cast<double>(peak_rss_bytes() - rss_at_start);
@@ -142,8 +194,11 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   }
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   policy.save(summary.checkpoint);
-  log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss, "; saved ",
-                summary.checkpoint));
+  log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss,
+                valid ? cat("; held-out loss ", format_fixed(summary.eval_loss_before, 4), " -> ",
+                            format_fixed(summary.eval_loss_after, 4))
+                      : std::string(),
+                "; saved ", summary.checkpoint));
   return summary;
 }
 
