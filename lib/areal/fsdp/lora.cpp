@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -36,10 +35,8 @@ void check_peft_config(const std::filesystem::path& file, const ActorConfig& act
   auto fail = [&](const std::string& why) {
     throw ConfigError(cat("option 'actor.lora_adapter_path': ", file.string(), ": ", why));
   };
-  auto truthy = [&](const char* key) {
-    return config.contains(key) && !config[key].is_null() && config[key] != false && config[key] != nlohmann::json::object() &&
-           config[key] != nlohmann::json::array();
-  };
+  // Set to something: not absent, null, false, {} or [].
+  auto truthy = [&](const char* key) { return config.contains(key) && !config[key].empty() && config[key] != false; };
   if (config.value("peft_type", "LORA") != "LORA")
     fail(cat("peft_type is ", config["peft_type"].dump(), "; only LoRA adapters can be trained here"));
   const int64_t r = config.value("r", int64_t{0}), alpha = config.value("lora_alpha", int64_t{0});

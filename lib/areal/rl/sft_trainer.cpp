@@ -44,6 +44,15 @@ std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const 
   return {set, weights};
 }
 
+// The summed cross-entropy of one micro-batch's targets, each weighted by `weights`
+// (the set's [N, L - 1] loss weights). Collective, like MicroBatch::forward.
+at::Tensor weighted_loss_sum(const MicroBatch& mb, Policy& policy, const at::Tensor& weights) {
+  at::Tensor logits = mb.forward(policy);
+  at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
+                                                 mb.targets().reshape({-1}), {}, at::Reduction::None);
+  return (token_loss * mb.lay_out(weights).reshape({-1})).sum();
+}
+
 // The loss of the current weights over all of `data`'s sequences (their loss tokens,
 // all ranks), no update: batches of `batch_size` dealt to the ranks like a training
 // batch, each rank's rows packed into micro-batches (a rank may have none).
@@ -58,14 +67,9 @@ double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_
     int64_t tokens = 1;
     for (int64_t n : rows.lengths) tokens += n;
     const int64_t budget = max_tokens_per_mb > 0 ? max_tokens_per_mb : tokens;  // default: one packed row
-    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device))) {
-      at::Tensor logits = mb.forward(policy);
-      at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                     mb.targets().reshape({-1}), {}, at::Reduction::None);
-      const at::Tensor w = mb.lay_out(weights).reshape({-1});
-      sums[0] += (token_loss * w).sum().to(at::kDouble).cpu();
-      sums[1] += w.sum().to(at::kDouble).cpu();
-    }
+    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device)))
+      sums[0] += weighted_loss_sum(mb, policy, weights).to(at::kDouble).cpu();
+    sums[1] += weights.sum().to(at::kDouble);
   }
   comm.all_reduce(sums, ReduceOp::Sum);
   return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
@@ -135,10 +139,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     at::Tensor loss_sum = at::zeros({1}, at::kDouble);
     for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
                                               device)) {
-      at::Tensor logits = mb.forward(policy);
-      at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                     mb.targets().reshape({-1}), {}, at::Reduction::None);
-      at::Tensor local_sum = (token_loss * mb.lay_out(weights).reshape({-1})).sum();
+      at::Tensor local_sum = weighted_loss_sum(mb, policy, weights);
       (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
       loss_sum += local_sum.detach().to(at::kDouble).cpu();
     }
