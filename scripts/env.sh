@@ -5,8 +5,6 @@ AREAL_PYTHON_BIN="$AREAL_VENV/bin/python"
 AREAL_BUILD="${AREAL_BUILD:-$AREAL_ROOT/build}"
 AREAL_BIN="$AREAL_BUILD/app/areal-train"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-# Paths relative to the checkout in the cache key: a fresh clone elsewhere still hits.
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$AREAL_ROOT}"
 # mpirun on one machine with 2 cores: oversubscribe; containers and CI run as root.
 AREAL_MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" -eq 0 ] && AREAL_MPIRUN+=(--allow-run-as-root)

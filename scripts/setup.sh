@@ -17,7 +17,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libopenmpi-dev openmpi-bin
   libcli11-dev libicu-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev lld
 )
 
 log() { printf '[setup] %s\n' "$*"; }

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "test_paths.h"
+
 struct Result {
   int exit_code = -1;
   double seconds = 0;  // wall time of the command
@@ -23,7 +25,7 @@ struct Result {
 // separately so that --print-config output can be compared byte for byte.
 inline Result run(const std::string& args) {
   auto stderr_path = std::filesystem::temp_directory_path() / ("areal_test_stderr_" + std::to_string(::getpid()));
-  std::string command = "cd " AREAL_SOURCE_DIR " && " + args + " 2>" + stderr_path.string();
+  std::string command = "cd " + source_dir() + " && " + args + " 2>" + stderr_path.string();
   Result result;
   const auto start = std::chrono::steady_clock::now();
   FILE* pipe = popen(command.c_str(), "r");

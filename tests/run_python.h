@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "test_paths.h"
+
 struct PythonResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr
@@ -14,7 +16,7 @@ struct PythonResult {
 
 inline PythonResult run_python(const std::string& script_and_args) {
   const std::string command =
-      std::string(AREAL_PYTHON) + " " AREAL_SOURCE_DIR "/tests/python/" + script_and_args + " 2>&1";
+      python_bin() + " " + source_path("tests/python/") + script_and_args + " 2>&1";
   PythonResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return result;

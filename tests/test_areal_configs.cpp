@@ -13,6 +13,7 @@
 #include "areal/util/error.h"
 #include "jsonl_rows.h"
 #include "run_binary.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace areal;
@@ -39,7 +40,7 @@ bool ignored(const Config& cfg, const std::string& key) {
 
 TEST_CASE("AReaL configs: the GSM8K GRPO example loads as written, with AReaL's meaning", "[config][areal]") {
   const fs::path previous = fs::current_path();
-  fs::current_path(AREAL_SOURCE_DIR);
+  fs::current_path(source_dir());
   Config cfg = load_config(kGrpo, {});
   CHECK_NOTHROW(validate_config(cfg));
   fs::current_path(previous);
@@ -101,13 +102,13 @@ TEST_CASE("AReaL configs: spellings, hub ids and unknown keys", "[config][areal]
                                 "hub.yaml", {});
   CHECK_THROWS_WITH(validate_config(hub), Contains("openai/gsm8k") && Contains("Hugging Face hub id") &&
                                               Contains("--repo-type dataset"));
-  hub.train_dataset.path = AREAL_SOURCE_DIR "/configs/data/gsm8k_smoke.jsonl";
+  hub.train_dataset.path = source_path("configs/data/gsm8k_smoke.jsonl");
   CHECK_THROWS_WITH(validate_config(hub), Contains("Qwen/Qwen2.5-0.5B") && Contains("Hugging Face hub id") &&
                                               Contains("huggingface-cli download"));
 }
 
 TEST_CASE("AReaL configs: docs/configuration.md lists every alias and every ignored key", "[config][areal][docs]") {
-  const std::string docs = text_of(AREAL_SOURCE_DIR "/docs/configuration.md");
+  const std::string docs = text_of(source_path("docs/configuration.md"));
   for (const OptionAlias& a : option_aliases()) {
     INFO(a.areal_name);
     CHECK_THAT(docs, Contains("`" + a.areal_name + "`") && Contains("`" + a.option + "`"));
@@ -121,7 +122,7 @@ TEST_CASE("AReaL configs: docs/configuration.md lists every alias and every igno
 TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np 2", "[config][areal][binary][mpi]") {
   const fs::path root = fs::temp_directory_path() / ("areal_areal_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config " + kGrpo +
+  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kGrpo +
                  " cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -141,7 +142,7 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np
 TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA examples load with their AReaL meaning and run",
           "[config][areal][binary][mpi][slow]") {
   const fs::path previous = fs::current_path();
-  fs::current_path(AREAL_SOURCE_DIR);
+  fs::current_path(source_dir());
   const Config drgrpo = load_config("tests/fixtures/areal/gsm8k_drgrpo.yaml", {});
   const Config gspo = load_config("tests/fixtures/areal/gsm8k_gspo.yaml", {});
   const Config dapo = load_config("tests/fixtures/areal/gsm8k_dapo.yaml", {});
@@ -201,7 +202,7 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
   for (const auto& [args, experiment] : runs) {
     INFO(args);
     const fs::path fileroot = root / args.substr(0, args.find('.'));  // LitePPO and LoRA keep GRPO's name
-    Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/" + args +
+    Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config tests/fixtures/areal/" + args +
                    " cluster.fileroot=" + fileroot.string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -222,7 +223,7 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
 
 TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means its algorithm", "[config][areal]") {
   const fs::path previous = fs::current_path();
-  fs::current_path(AREAL_SOURCE_DIR);
+  fs::current_path(source_dir());
   auto load = [](const std::string& name) {
     INFO(name);
     // The model is a cluster path; the test model stands in for it.
@@ -263,7 +264,7 @@ TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means it
   CHECK(lora.optimizer.lr == Approx(1.7e-4));
   // Every config in configs/ of this family is one of the above.
   int family = 0;
-  for (const auto& entry : fs::directory_iterator(fs::path(AREAL_SOURCE_DIR) / "configs"))
+  for (const auto& entry : fs::directory_iterator(fs::path(source_dir()) / "configs"))
     family += entry.path().filename().string().rfind("qwen2.5-0.5b-gsm8k-", 0) == 0;
   CHECK(family == 8);
 }
@@ -271,7 +272,7 @@ TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means it
 // What areal-train does not have is refused by name, never run as something else.
 TEST_CASE("AReaL configs: PPO with a critic, SAPO and M2PO are refused saying so", "[config][areal]") {
   const fs::path previous = fs::current_path();
-  fs::current_path(AREAL_SOURCE_DIR);
+  fs::current_path(source_dir());
   CHECK_THROWS_WITH(load_config("tests/fixtures/areal/gsm8k_ppo.yaml", {}),
                     Contains("gsm8k_ppo.yaml") && Contains("'critic'") && Contains("has no critic"));
   fs::current_path(previous);
@@ -288,7 +289,7 @@ TEST_CASE("AReaL configs: PPO with a critic, SAPO and M2PO are refused saying so
 }
 
 TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[config][areal][docs]") {
-  const std::string docs = text_of(AREAL_SOURCE_DIR "/docs/configuration.md");
+  const std::string docs = text_of(source_path("docs/configuration.md"));
   for (const RefusedKey& k : refused_areal_keys()) {
     INFO(k.pattern);
     CHECK_THAT(docs, Contains("`" + k.pattern + "`"));
@@ -299,7 +300,7 @@ TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[conf
 // backend the engine's name alone. It loads with AReaL's meaning and trains two steps.
 TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and trains", "[config][areal][binary][mpi]") {
   const fs::path previous = fs::current_path();
-  fs::current_path(AREAL_SOURCE_DIR);
+  fs::current_path(source_dir());
   const Config sft = load_config("tests/fixtures/areal/gsm8k_sft.yaml", {});
   CHECK_NOTHROW(validate_config(sft));
   fs::current_path(previous);
@@ -320,7 +321,7 @@ TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and
 
   const fs::path root = fs::temp_directory_path() / ("areal_sft_example_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " AREAL_TRAIN_BIN " --config tests/fixtures/areal/gsm8k_sft.yaml"
+  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config tests/fixtures/areal/gsm8k_sft.yaml"
                  " cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);

@@ -12,6 +12,7 @@
 #include "areal/rl/async_queue.h"
 #include "jsonl_rows.h"
 #include "run_binary.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -20,7 +21,7 @@ using namespace areal;
 
 namespace {
 
-const std::string kMpirun = AREAL_MPIRUN;
+const std::string kMpirun = mpirun_cmd();
 const std::string kSeparate = " rollout.backend=areal:d1t1 actor.backend=fsdp:d1";
 
 fs::path fresh_dir(const std::string& name) {
@@ -34,7 +35,7 @@ fs::path fresh_dir(const std::string& name) {
 // ranks. A random model earns no reward: a constant advantage of 1 (REINFORCE without
 // a baseline) still moves the policy, so every step's figures depend on the last.
 Result smoke(int ranks, const fs::path& root, int steps, const std::string& extra, const std::string& env = "") {
-  return run(env + " timeout 120 " + kMpirun + " -np " + std::to_string(ranks) + " " + AREAL_TRAIN_BIN +
+  return run(env + " timeout 120 " + kMpirun + " -np " + std::to_string(ranks) + " " + train_bin() +
              " --config configs/ci_smoke.yaml total_train_epochs=3 total_train_steps=" + std::to_string(steps) +
              " actor.reward_bias=1 actor.adv_norm.mean_level=none actor.adv_norm.std_level=none"
              " cluster.fileroot=" + root.string() + extra);

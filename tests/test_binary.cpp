@@ -19,13 +19,14 @@
 #include "areal/model/hf_weights.h"
 #include "jsonl_rows.h"
 #include "run_binary.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kBin = AREAL_TRAIN_BIN;
-const std::string kMpirun2 = std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN;
+const std::string kBin = train_bin();
+const std::string kMpirun2 = mpirun_cmd() + " -np 2 " + train_bin();
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -55,7 +56,7 @@ TEST_CASE("binary: a misspelt option exits 2 with a suggestion", "[binary]") {
 
 TEST_CASE("binary: every config in configs/ is valid", "[binary][configs]") {
   int checked = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(AREAL_SOURCE_DIR "/configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(source_path("configs"))) {
     if (entry.path().extension() != ".yaml") continue;
     // Configs for real clusters name paths that only exist there: give them a local model.
     Result r = run(kBin + " --print-config --config " + entry.path().string() +
@@ -163,7 +164,7 @@ TEST_CASE("binary: log.all_ranks lets every rank log info lines, log.level filte
 
 TEST_CASE("binary: a rank that throws during a collective ends the job quickly, naming its error",
           "[binary][mpi][fault]") {
-  Result r = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 3 " AREAL_FAULT_BIN " throw");
+  Result r = run("timeout 60 " + mpirun_cmd() + " -np 3 " + fault_bin() + " throw");
   CHECK(r.exit_code != 0);
   CHECK(r.exit_code != 124);  // not ended by the timeout
   CHECK(r.seconds < 30);
@@ -172,7 +173,7 @@ TEST_CASE("binary: a rank that throws during a collective ends the job quickly, 
 }
 
 TEST_CASE("binary: a rank killed by SIGKILL ends the job under mpirun", "[binary][mpi][fault]") {
-  Result r = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 3 " AREAL_FAULT_BIN " kill");
+  Result r = run("timeout 60 " + mpirun_cmd() + " -np 3 " + fault_bin() + " kill");
   CHECK(r.exit_code != 0);
   CHECK(r.exit_code != 124);
   CHECK(r.seconds < 30);
@@ -184,7 +185,7 @@ TEST_CASE("binary: a stopped rank ends the job after cluster.collective_timeout,
   // Rank 1 of 3 stops itself (SIGSTOP) at the start of SFT step 2; ranks 0 and 2 wait in
   // the step's first collective, and each ends the job after 3 s saying what it waited in.
   const std::string root = (std::filesystem::temp_directory_path() / ("areal_stop_" + std::to_string(::getpid()))).string();
-  Result r = run("AREAL_TEST_STOP_AT=sft:step2 AREAL_TEST_STOP_RANK=1 timeout 60 " + std::string(AREAL_MPIRUN) +
+  Result r = run("AREAL_TEST_STOP_AT=sft:step2 AREAL_TEST_STOP_RANK=1 timeout 60 " + mpirun_cmd() +
                  " -np 3 " + kBin + " --job sft --init_from_scratch true --train_dataset.path "
                  "configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 6 --total_train_steps 5 "
                  "--cluster.collective_timeout 3 --cluster.fileroot " + root);
@@ -214,13 +215,13 @@ TEST_CASE("binary: a stopped rank ends the job after cluster.collective_timeout,
 
 TEST_CASE("binary: device work that never completes (a stuck NCCL collective) ends the process after the timeout",
           "[binary][fault]") {
-  Result stuck = run("timeout 30 " AREAL_FAULT_BIN " queued");
+  Result stuck = run("timeout 30 " + fault_bin() + " queued");
   INFO(stuck.output);
   CHECK(stuck.exit_code == 1);
   CHECK(stuck.seconds < 4);
   CHECK_THAT(stuck.output, Contains("collective all_gather (4.00 KiB") && Contains("queued on the GPU") &&
                                Contains("abort hook ran") && !Contains("still running"));
-  Result done = run("timeout 30 " AREAL_FAULT_BIN " queued-done");
+  Result done = run("timeout 30 " + fault_bin() + " queued-done");
   INFO(done.output);
   CHECK(done.exit_code == 0);
   CHECK_THAT(done.output, Contains("still running after 4 s") && !Contains("has not completed"));
@@ -264,7 +265,7 @@ TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole jo
   namespace fs = std::filesystem;
   fs::path bad = fs::temp_directory_path() / ("areal_bad_ckpt_" + std::to_string(::getpid()));
   fs::remove_all(bad);
-  fs::copy(AREAL_SOURCE_DIR "/tests/fixtures/models/llama", bad);
+  fs::copy(source_path("tests/fixtures/models/llama"), bad);
   std::string config;
   {
     std::ifstream in(bad / "config.json");
@@ -293,7 +294,7 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
                            " --optimizer.lr 1e-3 --cluster.fileroot ";
   std::vector<std::vector<double>> losses;
   for (std::string np : {"1", "2"}) {
-    Result r = run(std::string(AREAL_MPIRUN) + " -np " + np + " " + kBin + args + (root / np).string());
+    Result r = run(mpirun_cmd() + " -np " + np + " " + kBin + args + (root / np).string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.output, Contains("step 6/6") && Contains("tokens/s") && Contains("saved"));
@@ -324,7 +325,7 @@ TEST_CASE("binary: --job sft evaluates valid_dataset: on the training batch it e
   // One batch is the whole file, so every step trains on exactly what is evaluated: the
   // evaluation after step k (same weights, no update, other batches and packing) must
   // give the loss step k + 1 computes before its update.
-  Result r = run(std::string(AREAL_MPIRUN) + " -np 2 " + kBin +
+  Result r = run(mpirun_cmd() + " -np 2 " + kBin +
                  " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                  " --train_dataset.batch_size 64 --total_train_epochs 3 --actor.dtype float32 --optimizer.lr 1e-3"
                  " --valid_dataset.path configs/data/arithmetic_sft.jsonl --valid_dataset.batch_size 10"

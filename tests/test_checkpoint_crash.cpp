@@ -15,6 +15,7 @@
 
 #include "areal/util/crash_point.h"
 #include "run_binary.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
@@ -53,7 +54,7 @@ TEST_CASE("checkpoint: a crash before or after the swap leaves a complete checkp
   const fs::path run_dir = root / "areal-train" / "trial0", checkpoint = run_dir / "checkpoint";
   auto sft = [&](int steps, const std::string& crash_at) {
     const std::string env = crash_at.empty() ? "" : "AREAL_TEST_CRASH_AT=" + crash_at + " ";
-    return run(env + AREAL_TRAIN_BIN " --job sft --model_path tests/fixtures/models/tiny_chat"
+    return run(env + train_bin() + " --job sft --model_path tests/fixtures/models/tiny_chat"
                " --train_dataset.path configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 4"
                " --actor.dtype float32 --actor.use_lora true --actor.lora_rank 4 --optimizer.lr 1e-2"
                " --total_train_steps " + std::to_string(steps) + " --cluster.fileroot " + root.string());

@@ -6,9 +6,10 @@
 
 #include "areal/config/emit.h"
 #include "areal/config/schema.h"
+#include "test_paths.h"
 
 TEST_CASE("docs/cli_reference.md matches the option schema", "[docs]") {
-  std::ifstream file(AREAL_SOURCE_DIR "/docs/cli_reference.md");
+  std::ifstream file(source_path("docs/cli_reference.md"));
   REQUIRE(file);
   std::stringstream text;
   text << file.rdbuf();

@@ -16,6 +16,7 @@
 #include "areal/optim/adamw.h"
 #include "mpi/mpi_fixture.h"
 #include "run_python.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -41,7 +42,7 @@ Config lora_config(const std::string& path) {
 
 TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B = 0, only adapters train",
           "[mpi][lora]") {
-  const std::string path = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+  const std::string path = source_path("tests/fixtures/models/qwen2_untied");
   Config cfg = lora_config(path);
   FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);  // the C++ API: a Config in code, then the engine
   ShardedModel& model = fsdp.model();
@@ -122,7 +123,7 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
 }
 
 TEST_CASE("lora: training starts from a PEFT adapter directory, computing what PEFT computes", "[mpi][lora]") {
-  const std::string base = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+  const std::string base = source_path("tests/fixtures/models/qwen2_untied");
   const auto dir = std::filesystem::temp_directory_path() / ("areal_peft_np" + std::to_string(g_me.world_size));
   // Rank 0 has PEFT write the adapter (A and B random) and its logits; the others wait.
   at::Tensor written = at::zeros({1}, at::kDouble);
@@ -168,7 +169,7 @@ TEST_CASE("lora: training starts from a PEFT adapter directory, computing what P
   fewer_targets.actor.target_modules = {"q_proj", "v_proj"};
   CHECK_THROWS_WITH(make_fsdp_engine(fewer_targets, g_me, *g_comm), Contains("is not one this run trains"));
   Config other_base = cfg;
-  other_base.model_path = AREAL_SOURCE_DIR "/tests/fixtures/models/llama_mha_bias";  // k_proj, v_proj: 32 rows, not 16
+  other_base.model_path = source_path("tests/fixtures/models/llama_mha_bias");  // k_proj, v_proj: 32 rows, not 16
   CHECK_THROWS_WITH(make_fsdp_engine(other_base, g_me, *g_comm), Contains("adapter_model.safetensors") &&
                                                                      Contains("the base model needs"));
   g_comm->barrier();

@@ -8,12 +8,13 @@
 #include "areal/model/hf_weights.h"
 #include "areal/rollout/generation.h"
 #include "areal/rollout/sampling.h"
+#include "test_paths.h"
 
 using namespace areal;
 
 namespace {
 
-const std::string kModel = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied";
+const std::string kModel = source_path("tests/fixtures/models/qwen2_untied");
 
 // Greedy continuation by re-running the whole sequence each step: no cache, no padding.
 std::vector<int64_t> reference_greedy(CausalLM& model, std::vector<int64_t> ids, int64_t steps,

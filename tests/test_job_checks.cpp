@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "run_binary.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
@@ -72,14 +73,14 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   };
   for (const BadCase& c : cases) {
     INFO(c.what);
-    Result r = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN + c.args);
+    Result r = run("timeout 60 " + mpirun_cmd() + " -np 2 " + train_bin() + c.args);
     INFO(r.output);
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.output, Contains(c.message));
     CHECK_THAT(r.output, !Contains("staged init:"));
   }
   // The same command without the mistake does reach the init (the marker is real).
-  Result good = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN + rl +
+  Result good = run("timeout 60 " + mpirun_cmd() + " -np 2 " + train_bin() + rl +
                     "total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path=");
   INFO(good.output);
   CHECK(good.exit_code == 0);
@@ -88,7 +89,7 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   // A stats.jsonl that cannot be written (a directory of that name) ends the job naming it.
   const fs::path blocked = root / "blocked";
   fs::create_directories(blocked / "ci-smoke" / "trial0" / "stats.jsonl");
-  Result stats = run("timeout 60 " + std::string(AREAL_MPIRUN) + " -np 2 " + AREAL_TRAIN_BIN +
+  Result stats = run("timeout 60 " + mpirun_cmd() + " -np 2 " + train_bin() +
                      " --config configs/ci_smoke.yaml cluster.fileroot=" + blocked.string() +
                      " total_train_steps=1 valid_dataset.path= stats_logger.tensorboard.path=");
   INFO(stats.output);

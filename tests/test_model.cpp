@@ -13,6 +13,7 @@
 
 #include "areal/io/checkpoint.h"
 #include "areal/model/hf_weights.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace areal;
@@ -20,7 +21,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+const std::string kFixtures = source_path("tests/fixtures/models");
 const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3", "llama", "llama_mha_bias"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }

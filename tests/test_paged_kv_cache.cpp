@@ -12,6 +12,7 @@
 #include "areal/model/hf_weights.h"
 #include "areal/rollout/paged_attention.h"
 #include "areal/rollout/paged_kv_cache.h"
+#include "test_paths.h"
 
 using namespace areal;
 
@@ -81,7 +82,7 @@ TEST_CASE("paged attention: decoding from scattered blocks equals attention over
 TEST_CASE("paged KV cache: rows take blocks as they grow and give them back when they leave", "[rl][generation]") {
   // The test model (2 layers, 2 key/value heads); 3 rows of up to 40 tokens = 3 x 3
   // blocks of 16.
-  auto model = load_causal_lm(AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_untied", at::kFloat);
+  auto model = load_causal_lm(source_path("tests/fixtures/models/qwen2_untied"), at::kFloat);
   const ModelConfig& c = model->config();
   RolloutModel whole(*model);
   PagedKvCache cache(whole, 3, 40);

@@ -19,6 +19,7 @@
 #include "areal/util/error.h"
 #include "jsonl_rows.h"
 #include "run_binary.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 using nlohmann::json;
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kMpirun = AREAL_MPIRUN;
+const std::string kMpirun = mpirun_cmd();
 
 std::string file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -77,7 +78,7 @@ struct SftRuns {
   ~SftRuns() { fs::remove_all(root); }
 
   Result sft(int ranks, const std::string& name, const std::string& env, const std::string& extra = "") const {
-    return run(env + " " + kMpirun + " -np " + std::to_string(ranks) + " " + AREAL_TRAIN_BIN +
+    return run(env + " " + kMpirun + " -np " + std::to_string(ranks) + " " + train_bin() +
                " --job sft --model_path tests/fixtures/models/tiny_chat"
                " --train_dataset.path configs/data/arithmetic_sft.jsonl --train_dataset.batch_size 4"
                " --actor.dtype float32 --optimizer.lr 1e-3 --optimizer.lr_scheduler_type cosine"
@@ -197,7 +198,7 @@ namespace {
 void check_rl_resume(const std::string& label, const std::string& extra) {
   const fs::path root = fresh_dir(label);
   auto rl = [&](const std::string& name, const std::string& env) {
-    return run(env + " " + kMpirun + " -np 2 " + AREAL_TRAIN_BIN +
+    return run(env + " " + kMpirun + " -np 2 " + train_bin() +
                " --config configs/ci_smoke.yaml total_train_epochs=2 total_train_steps=4 recover.mode=auto"
                " recover.freq_steps=2 evaluator.freq_steps=3 stats_logger.tensorboard.path="
                // A random model earns no reward: a constant advantage of 1 (REINFORCE

@@ -9,6 +9,7 @@
 #include "areal/rl/reward.h"
 #include "areal/util/error.h"
 #include "run_python.h"
+#include "test_paths.h"
 
 using namespace areal;
 
@@ -82,7 +83,7 @@ std::vector<double> score_items(Rewarder& rewarder, const std::vector<Item>& ite
   return rewarder.score(calls, failures);
 }
 
-const std::string kRewards = AREAL_SOURCE_DIR "/tests/fixtures/rewards/";
+const std::string kRewards = source_path("tests/fixtures/rewards/");
 
 }  // namespace
 
@@ -113,8 +114,8 @@ TEST_CASE("a Python reward command scores GSM8K answers as the built-in math rew
                                    gsm8k("Total: 1,250", "#### 1250"),
                                    gsm8k("It is 1/2", "#### 0.5"),
                                    gsm8k("no idea", "#### 4")};
-  Rewarder command("command:" AREAL_PYTHON " " AREAL_SOURCE_DIR "/scripts/rewards/worker.py " AREAL_SOURCE_DIR
-                   "/scripts/rewards/gsm8k.py:gsm8k_reward_fn",
+  Rewarder command("command:" + python_bin() + " " + source_path("scripts/rewards/worker.py") + " " +
+                       source_path("scripts/rewards/gsm8k.py") + ":gsm8k_reward_fn",
                    2, 60);
   Rewarder builtin("math", 1, 60);
   int64_t command_failures = 0, builtin_failures = 0;

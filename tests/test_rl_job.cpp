@@ -12,6 +12,7 @@
 #include "jsonl_rows.h"
 #include "run_binary.h"
 #include "run_python.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -19,8 +20,8 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kBin = AREAL_TRAIN_BIN;
-const std::string kMpirun = AREAL_MPIRUN;
+const std::string kBin = train_bin();
+const std::string kMpirun = mpirun_cmd();
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("areal_rl_" + name + "_" + std::to_string(::getpid()));
@@ -194,7 +195,7 @@ TEST_CASE("rl job: DAPO's refill (dynamic_bs false) trains every step on batch_s
   // A reward that scores about half the answers 1 whatever the model: some groups of two
   // carry a signal, some do not.
   const std::string base = kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --total_train_epochs 2"
-                           " --total_train_steps 3 --actor.dynamic_sampling true '--reward_fn=command:" + AREAL_PYTHON +
+                           " --total_train_steps 3 --actor.dynamic_sampling true '--reward_fn=command:" + python_bin() +
                            " scripts/rewards/worker.py tests/python/parity_reward.py:parity_reward_fn'";
   auto steps_of = [](const fs::path& root) {
     std::vector<json> steps;
@@ -311,7 +312,7 @@ TEST_CASE("rl job: drop_last false keeps the partial last batch inside its epoch
 // scores every answer of two steps and the evaluations, two workers per rank, none failing.
 TEST_CASE("rl job: a Python reward command scores the answers under mpirun -np 2", "[rl][binary][mpi][python]") {
   const fs::path root = fresh_dir("reward_command");
-  const std::string command = std::string("command:") + AREAL_PYTHON +
+  const std::string command = "command:" + python_bin() +
                               " scripts/rewards/worker.py scripts/rewards/gsm8k.py:gsm8k_reward_fn";
   Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() +
                  " '--reward_fn=" + command + "' --reward_workers 2");

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "run_binary.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 
@@ -25,7 +26,7 @@ std::set<std::string> periodic_saves(const fs::path& run_dir) {
 
 // areal-train --job sft on the tiny chat model (float32), `args` added, in `root`.
 Result sft(const std::string& env, const std::string& args, const fs::path& root) {
-  return run(env + " " + AREAL_TRAIN_BIN + " --job sft --model_path tests/fixtures/models/tiny_chat"
+  return run(env + " " + train_bin() + " --job sft --model_path tests/fixtures/models/tiny_chat"
              " --train_dataset.path configs/data/arithmetic_sft.jsonl --actor.dtype float32 " + args +
              " --cluster.fileroot " + root.string());
 }

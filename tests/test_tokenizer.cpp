@@ -14,13 +14,14 @@
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 #include "run_python.h"
+#include "test_paths.h"
 
 using namespace areal;
 using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/tokenizers/";
+const std::string kFixtures = source_path("tests/fixtures/tokenizers/");
 
 // Unicode (composed and decomposed), digits, whitespace runs, \v and U+0085, special
 // tokens inside text, contractions in both cases, code, emoji.

@@ -13,6 +13,7 @@
 #include "areal/optim/adamw.h"
 #include <torch/torch.h>
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -20,7 +21,7 @@ using areal::testing::g_me;
 
 namespace {
 
-const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+const std::string kFixtures = source_path("tests/fixtures/models");
 
 at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& ids) {
   const int64_t vocab = logits.size(-1), length = ids.size(1);

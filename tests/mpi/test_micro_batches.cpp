@@ -10,6 +10,7 @@
 #include "areal/fsdp/staged_init.h"
 #include "areal/rl/micro_batches.h"
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -34,7 +35,7 @@ TEST_CASE("micro-batches: first-fit decreasing respects the budget and places ev
 
 TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of one padded batch", "[mpi][micro]") {
   Config cfg;
-  cfg.model_path = AREAL_SOURCE_DIR "/tests/fixtures/models/llama";
+  cfg.model_path = source_path("tests/fixtures/models/llama");
   cfg.device = "cpu";
   InitResult init = staged_init(cfg, g_me, *g_comm);
   ShardedModel& model = *init.model;

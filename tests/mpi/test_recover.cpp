@@ -17,6 +17,7 @@
 #include "areal/optim/adamw.h"
 #include "areal/recover/recover_checkpoint.h"
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -47,7 +48,7 @@ fs::path shared_temp_dir(const std::string& name) {
 
 TEST_CASE("recover: a checkpoint written at N ranks loads exactly at 1 to 5 ranks", "[mpi][recover]") {
   Config cfg;
-  cfg.model_path = AREAL_SOURCE_DIR "/tests/fixtures/models/qwen2_tied";
+  cfg.model_path = source_path("tests/fixtures/models/qwen2_tied");
   cfg.fsdp.memory_efficient_load = true;
   cfg.device = "cpu";
   InitResult init = staged_init(cfg, g_me, *g_comm);

@@ -12,6 +12,7 @@
 #include "areal/rollout/generation.h"
 #include "areal/rollout/rollout_model.h"
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -19,7 +20,7 @@ using areal::testing::g_me;
 
 namespace {
 
-const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+const std::string kFixtures = source_path("tests/fixtures/models");
 
 // Bytes a rank of a group of t holds: the norms whole, a row-parallel bias on the
 // group's first rank only, k/v projections for one key/value head when there are fewer

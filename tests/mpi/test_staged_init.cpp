@@ -15,6 +15,7 @@
 #include "areal/io/checkpoint.h"
 #include "areal/model/hf_weights.h"
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace areal;
@@ -23,7 +24,7 @@ using areal::testing::g_me;
 
 namespace {
 
-const std::string kFixtures = AREAL_SOURCE_DIR "/tests/fixtures/models";
+const std::string kFixtures = source_path("tests/fixtures/models");
 
 Config config_for(const std::string& path, bool memory_efficient) {
   Config cfg;

@@ -11,6 +11,7 @@
 #include "areal/model/hf_weights.h"
 #include "areal/rollout/weight_sync.h"
 #include "mpi_fixture.h"
+#include "test_paths.h"
 
 using namespace areal;
 using areal::testing::g_comm;
@@ -47,7 +48,7 @@ TEST_CASE("weight sync: generation slices equal the shards' bit for bit after ev
     for (const char* dtype : {"float32", "bfloat16"}) {
       INFO(name << " " << dtype);
       Config cfg;
-      cfg.model_path = std::string(AREAL_SOURCE_DIR "/tests/fixtures/models/") + name;
+      cfg.model_path = source_path("tests/fixtures/models/") + name;
       cfg.fsdp.memory_efficient_load = true;
       cfg.device = "cpu";
       cfg.actor.dtype = dtype;

@@ -15,11 +15,12 @@
 #include "areal/model/hf_weights.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
+#include "test_paths.h"
 
 int main(int argc, char** argv) {
   using namespace areal;
   Config cfg;
-  cfg.model_path = argc > 1 ? argv[1] : AREAL_SOURCE_DIR "/tests/fixtures/models/llama";
+  cfg.model_path = argc > 1 ? argv[1] : source_path("tests/fixtures/models/llama");
   cfg.fsdp.memory_efficient_load = true;
   cfg.actor.use_lora = true;
   cfg.device = "cpu";
