@@ -7,17 +7,33 @@
 #   3. the plot of reward and accuracy against step (PNG)
 # Extra arguments are overrides for the GRPO step, e.g. scripts/demo.sh optimizer.lr=1e-4
 # Exits non-zero when the held-out accuracy did not rise by at least 25 points.
+#
+#   scripts/demo.sh                          # all three steps
+#   scripts/demo.sh --warmup-only            # step 1 alone: the warm-up checkpoint
+#   scripts/demo.sh --checkpoint DIR [...]   # steps 2 and 3 from an earlier warm-up's checkpoint
+# (CTest runs the warm-up once and both demo tests start from its checkpoint.)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+WARMUP_ONLY=""; CHECKPOINT=""
+case "${1:-}" in
+  --warmup-only) WARMUP_ONLY=1; shift ;;
+  --checkpoint) CHECKPOINT="${2:?--checkpoint needs the warm-up checkpoint directory}"; shift 2 ;;
+esac
 bash "$AREAL_ROOT/scripts/build.sh"
 cd "$AREAL_ROOT"
 ROOT="${AREAL_DEMO_ROOT:-/tmp/areal}"
 START=$SECONDS
 
-echo "== 1/3 supervised warm-up: mpirun -np 2 areal-train --config configs/demo_sft_warmup.yaml =="
-"${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_sft_warmup.yaml cluster.fileroot="$ROOT"
-CHECKPOINT="$ROOT/demo/sft-warmup/checkpoint"
-[ -f "$CHECKPOINT/config.json" ] || { echo "demo: the warm-up left no checkpoint at $CHECKPOINT" >&2; exit 1; }
+if [ -z "$CHECKPOINT" ]; then
+  echo "== 1/3 supervised warm-up: mpirun -np 2 areal-train --config configs/demo_sft_warmup.yaml =="
+  "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_sft_warmup.yaml cluster.fileroot="$ROOT"
+  CHECKPOINT="$ROOT/demo/sft-warmup/checkpoint"
+fi
+[ -f "$CHECKPOINT/config.json" ] || { echo "demo: no warm-up checkpoint at $CHECKPOINT" >&2; exit 1; }
+if [ -n "$WARMUP_ONLY" ]; then
+  echo "demo: warm-up checkpoint written to $CHECKPOINT in $((SECONDS - START)) s"
+  exit 0
+fi
 
 echo "== 2/3 GRPO: mpirun -np 2 areal-train --config configs/demo_grpo.yaml --fsdp.memory_efficient_load true --model_path $CHECKPOINT =="
 "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml --fsdp.memory_efficient_load true \

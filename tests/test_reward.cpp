@@ -126,7 +126,7 @@ TEST_CASE("a Python reward command scores GSM8K answers as the built-in math rew
   CHECK(command_failures == 0);
 }
 
-TEST_CASE("a reward command that hangs, crashes or answers garbage scores 0 and is restarted", "[reward]") {
+TEST_CASE("a reward command that hangs, crashes or answers garbage scores 0 and is restarted", "[reward][waits]") {
   auto item = [](const std::string& answer) { return Item{{"p", "r", ""}, answer}; };
   const std::vector<Item> items = {item("fine"), item("SLEEP"), item("fine"), item("CRASH"), item("GARBAGE"),
                                    item("fine")};

@@ -11,8 +11,17 @@ mkdir -p "$out/corpus"
 bin="$out/fuzz_safetensors_header"
 sources=("$here/fuzz_safetensors_header.cpp" "$root/lib/areal/io/safetensors_header.cpp" "$root/lib/areal/util/strings.cpp")
 if [ ! -x "$bin" ] || [ -n "$(find "${sources[@]}" "$root/lib/areal/io/safetensors_header.h" -newer "$bin")" ]; then
-  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -I"$root/lib" "${sources[@]}" -o "$bin"
+  # One object per source through ccache (as the CMake build: paths relative to the
+  # checkout, so a fresh clone reuses them), then the link.
+  ccache=(); command -v ccache >/dev/null && ccache=(env CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1 ccache)
+  flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+  objects=()
+  for src in "${sources[@]}"; do
+    obj="$out/$(basename "$src" .cpp).o"
+    (cd "$out" && "${ccache[@]}" clang++ "${flags[@]}" -fdebug-prefix-map="$root"=. -I"$root/lib" -c "$src" -o "$obj")
+    objects+=("$obj")
+  done
+  clang++ "${flags[@]}" "${objects[@]}" -o "$bin"
 fi
 # Seeds: a valid file, one with metadata, one with an empty tensor.
 python3 - "$out/corpus" <<'PY'
