@@ -76,7 +76,8 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   // accuracy), trained once for this test and both demo tests; run alone, the test trains
   // a shorter warm-up itself (800 steps: about 30%; at 400 the model is still at the edge
   // of learning the task, and whether any of the step's answers is right is down to luck).
-  std::string checkpoint = std::getenv("AREAL_DEMO_CHECKPOINT") ? std::getenv("AREAL_DEMO_CHECKPOINT") : "";
+  const char* shared = std::getenv("AREAL_DEMO_CHECKPOINT");
+  std::string checkpoint = shared ? shared : "";
   if (checkpoint.empty()) {
     Result warm = run(kMpirun + " -np 2 " + kBin + " --config configs/demo_sft_warmup.yaml total_train_steps=800 "
                       "cluster.fileroot=" + root.string());
