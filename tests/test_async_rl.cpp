@@ -75,6 +75,13 @@ TEST_CASE("async queue: the staleness rule is AReaL's capacity rule", "[async]")
   CHECK_FALSE(queue.may_start(6, 0));
   CHECK(queue.may_start(9, 1));
   CHECK_FALSE(queue.may_start(10, 1));
+  // A queue_size below B (issue 26, defect 2: the run hung, as groups v B + 1 .. were
+  // never allowed to start): the step the trainers collect may always start, nothing more.
+  StalenessRule small{4, 1, 1};
+  CHECK(small.may_start(3, 0));
+  CHECK_FALSE(small.may_start(4, 0));
+  CHECK(small.may_start(7, 1));
+  CHECK_FALSE(small.may_start(8, 1));
 }
 
 TEST_CASE("async queue: a finished group's message round-trips", "[async]") {
@@ -166,6 +173,17 @@ TEST_CASE("async rl: no trained sample is more than eta versions stale", "[async
     }
     CHECK(most == eta);  // it did run ahead: the bound is what held it
   }
+}
+
+TEST_CASE("async rl: a queue_size below the batch runs (it hung)", "[async][binary][mpi]") {
+  // Issue 26, defect 2: queue_size 1 with 4 groups a step let only group v B start, so
+  // the trainers waited for the step's other groups forever (timeout's 124 here).
+  const fs::path root = fresh_dir("queue1");
+  Result r = smoke(2, root, 2, kSeparate + " rollout.max_head_offpolicyness=1 rollout.queue_size=1"
+                                           " train_dataset.batch_size=4");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(step_rows(root).size() == 2);
 }
 
 TEST_CASE("async rl: a generation rank or a trainer that dies ends the job in seconds", "[async][binary][mpi][slow]") {

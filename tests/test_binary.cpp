@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <iterator>
+#include <map>
 #include <regex>
 
 #include "areal/model/hf_weights.h"
@@ -314,6 +315,38 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
     INFO(p1[i].key());
     CHECK(at::allclose(p1[i].value(), p2[i].value(), 1e-4, 1e-5));
   }
+  fs::remove_all(root);
+}
+
+TEST_CASE("binary: --job sft runs the engine at fsdp.prefetch_depth", "[binary][mpi][sft]") {
+  // Issue 26, defect 1: Policy built its engine without the option, so every job ran at
+  // depth 1 and 0 could not turn prefetching off. stats.jsonl counts the gathers a unit
+  // found already started: none at depth 0, some at depth 1 and 2, the same losses.
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("areal_prefetch_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  std::map<int, std::vector<double>> losses, prefetched;
+  for (int depth : {0, 1, 2}) {
+    Result r = run(kMpirun2 + " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
+                              " --train_dataset.batch_size 8 --total_train_steps 2 --actor.dtype float32"
+                              " --fsdp.prefetch_depth " + std::to_string(depth) +
+                   " --cluster.fileroot " + (root / std::to_string(depth)).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    for (const nlohmann::json& row : read_jsonl(root / std::to_string(depth) / "areal-train" / "trial0" / "stats.jsonl")) {
+      losses[depth].push_back(row["loss"].get<double>());
+      prefetched[depth].push_back(row["prefetched_gathers"].get<double>());
+    }
+    REQUIRE(losses[depth].size() == 2);
+  }
+  CHECK(prefetched[0] == std::vector<double>{0, 0});
+  for (int depth : {1, 2}) {
+    INFO("depth " << depth);
+    CHECK(prefetched[depth][0] > 0);
+    CHECK(prefetched[depth][1] > 0);
+    CHECK(losses[depth] == losses[0]);  // the bytes moved earlier, not different ones
+  }
+  CHECK(prefetched[2][0] >= prefetched[1][0]);
   fs::remove_all(root);
 }
 

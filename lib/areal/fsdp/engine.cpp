@@ -380,13 +380,18 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
 }  // namespace
 
+std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, Communicator& comm) {
+  auto engine = std::make_unique<FsdpEngine>(model, comm, dtype_from_name(cfg.actor.dtype),
+                                             dtype_from_name(cfg.actor.grad_reduce_dtype));
+  engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
+  engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
+  return engine;
+}
+
 FsdpModel make_fsdp_engine(const Config& cfg, const RankInfo& me, Communicator& comm) {
   FsdpModel result;
   result.init = staged_init(cfg, me, comm);
-  result.engine = std::make_unique<FsdpEngine>(*result.init.model, comm, dtype_from_name(cfg.actor.dtype),
-                                               dtype_from_name(cfg.actor.grad_reduce_dtype));
-  result.engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
-  result.engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
+  result.engine = make_engine(cfg, *result.init.model, comm);
   return result;
 }
 

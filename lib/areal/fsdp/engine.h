@@ -89,6 +89,12 @@ class FsdpEngine {
   void finish_overlap();
 };
 
+// The engine the config asks for over `model`: compute in actor.dtype, gradients
+// reduced in actor.grad_reduce_dtype, actor.gradient_checkpointing and
+// fsdp.prefetch_depth. The one place these options become an engine (Policy and
+// make_fsdp_engine both build theirs here).
+std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, Communicator& comm);
+
 // What make_fsdp_engine builds: the sharded model (with the figures of its staged
 // initialization) and the engine that runs it.
 struct FsdpModel {

@@ -4,6 +4,7 @@
 
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/lora.h"
+#include "areal/fsdp/overlap.h"
 #include "areal/fsdp/save.h"
 #include "areal/fsdp/unit_weights.h"
 
@@ -21,17 +22,13 @@ void check_policy_options(const Config& cfg) {
 }
 
 Policy::Policy(const Config& cfg, ShardedModel& model, Communicator& comm)
-    : cfg_(cfg),
-      model_(model),
-      comm_(comm),
-      engine_(std::make_unique<FsdpEngine>(model, comm, dtype_from_name(cfg.actor.dtype),
-                                           dtype_from_name(cfg.actor.grad_reduce_dtype))) {
-  engine_->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
-}
+    : cfg_(cfg), model_(model), comm_(comm), engine_(make_engine(cfg, model, comm)) {}
 
 Policy::~Policy() = default;
 
 at::ScalarType Policy::compute_dtype() const { return engine_->compute_dtype(); }
+
+int64_t Policy::prefetched_gathers() const { return engine_->overlap().gathers_taken_started(); }
 
 void Policy::keep_reference() {
   if (reference_kept_) return;

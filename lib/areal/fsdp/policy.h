@@ -36,8 +36,8 @@ enum class PolicyWeights { current, reference };
 
 class Policy {
  public:
-  // An engine over `model` in actor.dtype, gradients reduced in actor.grad_reduce_dtype,
-  // with actor.gradient_checkpointing. `cfg` must outlive the policy.
+  // The engine make_engine (engine.h) builds from `cfg` over `model`. `cfg` must
+  // outlive the policy.
   Policy(const Config& cfg, ShardedModel& model, Communicator& comm);
   ~Policy();
 
@@ -57,6 +57,9 @@ class Policy {
                      PolicyWeights weights = PolicyWeights::current);
   // What an optimizer updates: the adapter shards with LoRA, else the base shards.
   std::vector<at::Tensor> trainable() { return model_.trainable_shards(); }
+  // All-gathers so far that a forward or backward found already started ahead of it
+  // (fsdp.prefetch_depth > 0); 0 at depth 0. For the step statistics.
+  int64_t prefetched_gathers() const;
 
   // ---- the KL reference ----
   // Keeps the current weights as the reference: with LoRA the base model (adapters off,

@@ -1,5 +1,6 @@
 #include "areal/rl/async_queue.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -47,7 +48,10 @@ FinishedGroup decode_group(const std::vector<char>& bytes) {
 
 bool StalenessRule::may_start(int64_t group, int64_t version) const {
   if (group >= (eta + version + 1) * batch) return false;
-  return queue_size <= 0 || group < version * batch + queue_size;
+  // The groups of the step the trainers collect (version v's) never count as waiting:
+  // the inbox takes them as they come (AReaL's consumer drains its queue likewise), so a
+  // queue_size below the batch bounds the run-ahead and cannot stall the step.
+  return queue_size <= 0 || group < std::max(version * batch + queue_size, (version + 1) * batch);
 }
 
 std::vector<char> encode_eval(const EvalScore& score) {

@@ -37,7 +37,9 @@ FinishedGroup decode_group(const std::vector<char>& bytes);
 // AReaL's rule for starting a rollout (max_head_offpolicyness, queue_size): group g
 // may start with weights of version v when its step g / B is at most eta versions
 // ahead of v (g < (eta + v + 1) B), and, with a queue_size, when fewer than queue_size
-// groups would wait beyond the v B the trainers have taken (g < v B + queue_size).
+// groups would wait beyond the v B the trainers have taken (g < v B + queue_size); the
+// groups of step v itself, which the trainers are collecting, may always start (else a
+// queue_size below B would stall the run).
 // Every token of a group is then at most eta versions behind the weights it trains.
 struct StalenessRule {
   int64_t batch = 1, eta = 0, queue_size = 0;

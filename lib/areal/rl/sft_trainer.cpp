@@ -124,6 +124,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     const size_t b = static_cast<size_t>(step % schedule.steps_per_epoch);
     if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, epoch);
     auto start = std::chrono::steady_clock::now();
+    const int64_t prefetched_before = policy.prefetched_gathers();
     comm.set_activity(cat("sft step ", step + 1));
     fault_points(cat("sft:step", step + 1), me.rank);
     const std::vector<size_t>& batch = plan.batches[b];
@@ -162,7 +163,8 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     if (me.rank == 0) {
       stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", batch.size()}, {"loss", loss}, {"grad_norm", result.grad_norm},
                               {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},
-                              {"peak_rss_bytes", peak_rss_bytes()}}
+                              {"peak_rss_bytes", peak_rss_bytes()},
+                              {"prefetched_gathers", policy.prefetched_gathers() - prefetched_before}}
                    .dump()
             << "\n";
       stats.flush();
