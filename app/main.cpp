@@ -64,8 +64,14 @@ int run_job(const areal::Config& cfg) {
   {
     // Everything the config, the world size and config.json decide is checked before
     // the (possibly long) load.
-    const areal::ModelConfig model = areal::init_model_config(cfg);
-    areal::JobInputs inputs = areal::prepare_job(cfg, me, model);
+    // Some of them read node-local things (paths, reward commands): a failure on any rank
+    // is raised on all, so no rank goes on into a collective that others never reach.
+    areal::ModelConfig model;
+    areal::JobInputs inputs;
+    areal::check_on_every_rank(me, [&] {
+      model = areal::init_model_config(cfg);
+      inputs = areal::prepare_job(cfg, me, model);
+    });
     areal::Communicator comm(me, cfg.cluster.collective_timeout);
     if (allocation.separate) {  // asynchronous RL (prepare_job refuses other jobs)
       areal::run_async_rl(cfg, *inputs.rl, model, me, allocation, comm);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -186,6 +187,21 @@ TEST_CASE("async rl: a queue_size below the batch runs (it hung)", "[async][bina
   CHECK(step_rows(root).size() == 2);
 }
 
+TEST_CASE("async rl: only the generation ranks start reward workers", "[async][binary][mpi]") {
+  // Issue 26, defect 8: the trainers started a reward_fn command's workers too and never
+  // used them. Each worker writes its rank when it starts; one step, one worker a rank.
+  const fs::path root = fresh_dir("reward_ranks");
+  const fs::path started = root / "started";
+  Result r = smoke(2, root, 1, kSeparate + " reward_workers=1 reward_fn=\"command:echo \\$OMPI_COMM_WORLD_RANK >> " +
+                                   started.string() + "; while read line; do echo 1; done\"");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(started);
+  std::vector<std::string> ranks;
+  for (std::string line; std::getline(in, line);) ranks.push_back(line);
+  CHECK(ranks == std::vector<std::string>{"0"});  // rank 0 generates, rank 1 trains
+}
+
 TEST_CASE("async rl: a generation rank or a trainer that dies ends the job in seconds", "[async][binary][mpi][slow]") {
   for (const char* point : {"async:group5", "rl:step2"}) {
     INFO(point);
@@ -197,6 +213,69 @@ TEST_CASE("async rl: a generation rank or a trainer that dies ends the job in se
     CHECK(r.exit_code != 124);  // not the timeout: the job ended by itself
     CHECK(r.seconds < 30);
   }
+}
+
+TEST_CASE("async rl: a generation rank that throws ends the job in seconds, printing its error",
+          "[async][binary][mpi][slow]") {
+  // Issue 26, defect 4: the generation rank throws as new weights arrive, with a step's
+  // groups posted and not yet taken (8 answers of 32 tokens: past MPI's eager size, so
+  // they wait for the trainer's receive). Its mailbox's destructor waited for them while
+  // the trainer waited in the weights' send: neither moved until timeout's 124.
+  const fs::path root = fresh_dir("throws");
+  Result r = smoke(2, root, 4, kSeparate + " rollout.max_head_offpolicyness=1 gconfig.n_samples=8 "
+                                           "gconfig.max_new_tokens=32",
+                   "AREAL_TEST_THROW_AT=async:version1");
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);
+  CHECK(r.seconds < 60);
+  CHECK_THAT(r.output, Contains("test fault at async:version1"));
+}
+
+TEST_CASE("async rl: SIGUSR1 to every process stops the job with a recover checkpoint, and it resumes",
+          "[async][binary][mpi][slow]") {
+  // Issue 26, defect 3: Slurm signals every process of a step. The generation rank kept
+  // the default action and died, so the job ended without a recover checkpoint. Here
+  // every areal-train process of this job (the launcher's children) gets SIGUSR1 once the
+  // first step is logged (the trainer
+  // sleeps 3 s in step 2 so that the signal lands mid-run).
+  const fs::path root = fresh_dir("signal");
+  const std::string extra = kSeparate + " rollout.max_head_offpolicyness=1 recover.mode=auto";
+  const fs::path stats = root / "ci-smoke" / "trial0" / "stats.jsonl";
+  Result stopped = run("(AREAL_TEST_SLEEP_AT=rl:step2 AREAL_TEST_SLEEP_SECONDS=3 timeout 120 " + kMpirun +
+                       " -np 2 " + train_bin() + " --config configs/ci_smoke.yaml total_train_epochs=3"
+                       " total_train_steps=4 actor.reward_bias=1 actor.adv_norm.mean_level=none"
+                       " actor.adv_norm.std_level=none cluster.fileroot=" + root.string() + extra +
+                       " & job=$!; for i in $(seq 600); do [ -s " + stats.string() + " ] && break; sleep 0.1; done;"
+                       " pkill -USR1 -x areal-train -P $(pgrep -d, -P $job); wait $job)");
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 75);
+  CHECK_THAT(stopped.output, Contains("stopped by SIGUSR1") && Contains("recover: checkpoint after step"));
+  const size_t done = step_rows(root).size();
+  CHECK(done >= 1);
+  CHECK(done < 4);
+  Result resumed = smoke(2, root, 4, extra);
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains("recover: resuming after step " + std::to_string(done)));
+  CHECK(step_rows(root).size() == 4);
+}
+
+TEST_CASE("async rl: an evaluation longer than cluster.collective_timeout is not a stopped rank",
+          "[async][binary][mpi][slow]") {
+  // Issue 26, defect 8: one generation rank and two trainers; the generation rank
+  // evaluates the weights of step 1 for 6 s with a 2 s collective timeout. The trainer
+  // that serves it waited in the weights' send while the other waited in the next
+  // unit's watched gather, and the watchdog ended the job as if a rank had stopped.
+  const fs::path root = fresh_dir("slow_eval");
+  Result r = run("AREAL_TEST_SLEEP_AT=async:eval1 AREAL_TEST_SLEEP_SECONDS=6 timeout 120 " + kMpirun + " -np 3 " +
+                 train_bin() + " --config configs/ci_smoke.yaml total_train_epochs=3 total_train_steps=3 evaluator.freq_steps=1"
+                 " rollout.backend=areal:d1t1 actor.backend=fsdp:d2 rollout.max_head_offpolicyness=1"
+                 " cluster.collective_timeout=2 cluster.fileroot=" + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(step_rows(root).size() == 3);
+  CHECK(eval_scores(root).size() == 4);  // before training and after each of the 3 steps
 }
 
 TEST_CASE("async rl: a run killed at a step resumes from its recover checkpoint (eta = 0: bit-identical)",

@@ -1,12 +1,18 @@
 // Verifiable rewards: answer extraction and numeric equality, case by case.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "areal/rl/reward.h"
+#include "areal/rl/reward_workers.h"
 #include "areal/util/error.h"
 #include "run_python.h"
 #include "test_paths.h"
@@ -142,6 +148,77 @@ TEST_CASE("a reward command that hangs, crashes or answers garbage scores 0 and 
   failures = 0;
   CHECK(score_items(rewarder, {item("a"), item("b"), item("c")}, failures) == std::vector<double>{0.5, 0.5, 0.5});
   CHECK(failures == 0);
+}
+
+namespace {
+
+// Whether `pid` still runs: a zombie (killed, waiting for a parent that may never reap
+// it in a container) counts as gone.
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+std::vector<pid_t> pids_in(const std::filesystem::path& file) {
+  std::vector<pid_t> pids;
+  std::ifstream in(file);
+  for (pid_t pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("a timed-out reward worker is killed with everything it started", "[reward][waits]") {
+  // Issue 26, defect 6: SIGKILL went to /bin/sh alone, and a compound command's
+  // grandchildren (here a `sleep 300` under an inner shell) ran on after the job.
+  const std::filesystem::path pids = std::filesystem::temp_directory_path() /
+                                     ("areal_reward_pids_" + std::to_string(::getpid()));
+  std::filesystem::remove(pids);
+  {
+    RewardWorkers workers("sh -c 'sleep 300 & echo $! >> " + pids.string() + "; wait'; true", 1, 1.0);
+    int64_t failures = 0;
+    CHECK(workers.score({"{}"}, failures) == std::vector<double>{0});
+    CHECK(failures == 1);
+    // The replaced worker's sleep is gone already; the new one's runs until the pool ends.
+    for (int i = 0; i < 100 && pids_in(pids).size() < 2; ++i) usleep(20000);
+    const std::vector<pid_t> started = pids_in(pids);
+    REQUIRE(started.size() == 2);
+    CHECK_FALSE(running(started[0]));
+    CHECK(running(started[1]));
+  }
+  const std::vector<pid_t> started = pids_in(pids);
+  REQUIRE(started.size() == 2);
+  for (pid_t pid : started) {
+    INFO("sleep " << pid);
+    CHECK_FALSE(running(pid));
+  }
+  std::filesystem::remove(pids);
+}
+
+TEST_CASE("reward workers do not take the job's stop signals", "[reward]") {
+  // Issue 26, defect 3: Slurm signals every process of a step before its end; a worker
+  // that died of it scored the rest of the step's answers 0. SIGUSR1 and SIGTERM sent
+  // to a worker's process group change nothing: it answers as before.
+  const std::filesystem::path pids = std::filesystem::temp_directory_path() /
+                                     ("areal_reward_group_" + std::to_string(::getpid()));
+  std::filesystem::remove(pids);
+  RewardWorkers workers("echo $$ >> " + pids.string() + "; while read line; do echo 1; done", 1, 5.0);
+  for (int i = 0; i < 100 && pids_in(pids).empty(); ++i) usleep(20000);
+  REQUIRE(pids_in(pids).size() == 1);
+  const pid_t worker = pids_in(pids)[0];
+  CHECK(::getpgid(worker) == worker);     // a group of its own: not the job's
+  CHECK(::getpgid(worker) != ::getpgid(0));
+  ::kill(-worker, SIGUSR1);
+  ::kill(-worker, SIGTERM);
+  usleep(200000);
+  int64_t failures = 0;
+  CHECK(workers.score({"{}", "{}"}, failures) == std::vector<double>{1, 1});
+  CHECK(failures == 0);
+  CHECK(workers.restarts() == 0);
+  std::filesystem::remove(pids);
 }
 
 TEST_CASE("a reward command that cannot run is a config error before anything loads", "[reward]") {

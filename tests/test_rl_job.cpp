@@ -269,6 +269,23 @@ TEST_CASE("rl job: bad input ends every rank with a message naming it", "[rl][bi
   CHECK_THAT(tok.output, Contains("tokenizer model type 'WordPiece' is not supported"));
 }
 
+TEST_CASE("rl job: a config error on one rank only ends every rank, printing it", "[rl][binary][mpi]") {
+  // Issue 26, defect 5: a reward command that cannot start on rank 1 only (as a Python
+  // module missing on one node) raised on rank 1 alone; it finalized MPI while rank 0
+  // went on into the staged init's collectives and waited there, and the message was
+  // never printed (the job hung until timeout's 124).
+  const fs::path root = fresh_dir("one_rank");
+  const std::string reward =
+      R"( --reward_fn "command:sh -c 'if [ \"\$OMPI_COMM_WORLD_RANK\" = 1 ]; then exit 3; fi; cat >/dev/null'")";
+  Result r = run("timeout 60 " + kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml --cluster.fileroot " +
+                 root.string() + reward);
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.seconds < 30);
+  CHECK_THAT(r.output, Contains("rank 1: option 'reward_fn'"));
+  CHECK_THAT(r.output, !Contains("staged init"));  // refused before the load
+}
+
 TEST_CASE("rl job: non-finite losses are skipped with a warning, and three in a row stop the job", "[rl][binary][mpi]") {
   const fs::path root = fresh_dir("nan");
   // Advantages of 1 everywhere (reward bias, no normalization) and a learning rate of

@@ -38,6 +38,13 @@ std::string pick_device(const Config& cfg, int local_rank, int local_world_size)
   return cat("cuda:", local_rank);
 }
 
+// A ConfigError that every rank raises together (raise_on_every_rank): run_guarded
+// may end the job cleanly from each rank.
+class AgreedConfigError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
 // The checks above may fail on some hosts only (a host without GPUs). Every rank
 // learns of the first failing rank's message, so that all exit alike and rank 0
 // can print it once.
@@ -50,7 +57,7 @@ void raise_on_every_rank(const std::string& problem, int rank, int world_size) {
   std::string message = problem;
   message.resize(length);
   check_mpi(MPI_Bcast(message.data(), length, MPI_CHAR, first_failing, MPI_COMM_WORLD), "MPI_Bcast");
-  throw ConfigError(first_failing == 0 ? message : cat("rank ", first_failing, ": ", message));
+  throw AgreedConfigError(first_failing == 0 ? message : cat("rank ", first_failing, ": ", message));
 }
 
 }  // namespace
@@ -91,6 +98,17 @@ RankInfo bootstrap(const Config& cfg) {
   }
   raise_on_every_rank(problem, info.rank, info.world_size);
   return info;
+}
+
+void check_on_every_rank(const RankInfo& me, const std::function<void()>& checks) {
+  std::string problem;
+  try {
+    checks();
+  } catch (const ConfigError& e) {
+    problem = e.what();
+    if (problem.empty()) problem = "a config error without a message";
+  }
+  raise_on_every_rank(problem, me.rank, me.world_size);
 }
 
 std::string placement_table(const RankInfo& me, const std::string& role) {
@@ -158,9 +176,19 @@ int run_guarded(const std::function<int()>& job) {
   try {
     return job();
   } catch (const ConfigError& e) {
-    int initialized = 0, rank = log::launcher_rank().rank;
+    int initialized = 0, finalized = 0, rank = log::launcher_rank().rank, world_size = 1;
     MPI_Initialized(&initialized);
-    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    }
+    // Raised on this rank alone after bootstrap: the others may wait in a collective,
+    // so finalizing here would leave them hanging.
+    if (initialized && !finalized && world_size > 1 && !dynamic_cast<const AgreedConfigError*>(&e)) {
+      log::error(e.what());
+      abort_job(kExitConfigError);
+    }
     if (rank == 0) log::error(e.what());
     finalize();
     return kExitConfigError;

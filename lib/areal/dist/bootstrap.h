@@ -24,6 +24,12 @@ struct RankInfo {
 // without GPUs).
 RankInfo bootstrap(const Config& cfg);
 
+// Runs `checks` on every rank; a ConfigError that any rank raises (a path, module or
+// tokenizer that exists on some nodes only) is then raised on every rank, with the
+// first failing rank's message, so that the job ends alike everywhere (exit 2, the
+// message printed once). Collective over the world: every rank calls it, after bootstrap.
+void check_on_every_rank(const RankInfo& me, const std::function<void()>& checks);
+
 // One line per rank (rank, host, local rank, device, and `role` when given: what the
 // rank does), gathered to rank 0. Collective: every rank calls it; rank 0 gets the
 // text, the others "".
@@ -44,8 +50,10 @@ void unregister_abort_hook(const void* owner);
 void run_abort_hooks();
 
 // Runs this rank's part of the job and returns its exit code. What escapes `job`:
-// - a ConfigError, raised alike on every rank (bootstrap makes sure of that): rank 0
-//   prints it once, MPI is finalized, the exit code is 2;
+// - a ConfigError raised alike on every rank (before bootstrap, or agreed by bootstrap
+//   and check_on_every_rank): rank 0 prints it once, MPI is finalized, the exit code
+//   is 2. One raised on this rank alone after bootstrap is logged by this rank and
+//   ends the whole job through abort_job(2): the other ranks may be in a collective;
 // - StopRequested, thrown by every rank at the same step after a stop signal: each
 //   logs it, MPI is finalized, the exit code is kExitStopped (75);
 // - anything else is this rank's own failure: it is logged with the rank's prefix and

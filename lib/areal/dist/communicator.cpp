@@ -203,6 +203,11 @@ void Communicator::barrier() {
   mpi_->barrier();
 }
 
+void Communicator::barrier_unwatched() {
+  if (nccl_) nccl_->barrier();
+  mpi_->barrier();
+}
+
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   CollectiveWatchdog::Watch watch(watchdog_.get(), "split", 0);
   std::unique_ptr<Communicator> group(new Communicator());

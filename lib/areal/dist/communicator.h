@@ -73,6 +73,10 @@ class Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op);
   // Returns when every rank has called it (and this rank's pending NCCL work is done).
   void barrier();
+  // The same without the watchdog: for a wait whose length is known to be legitimate
+  // (trainers waiting for a generation rank that evaluates before it takes weights).
+  // A rank that died still ends the job through the launcher.
+  void barrier_unwatched();
 
   // all_gather and reduce_scatter started now and finished by the handle's wait(), so
   // that compute runs while they move data (the engine's prefetch, fsdp/overlap.h).

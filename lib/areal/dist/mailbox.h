@@ -31,7 +31,8 @@ class Mailbox {
  public:
   // Collective over every rank of the job (MPI_Comm_dup of MPI_COMM_WORLD).
   Mailbox();
-  // Waits for the posted messages to be delivered.
+  // Waits for the posted messages to be delivered, unless an exception is unwinding
+  // the stack (the job is ending; a receiver that waits for this rank would hang it).
   ~Mailbox();
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;

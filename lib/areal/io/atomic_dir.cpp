@@ -62,11 +62,11 @@ void remove_dead_saves_debris(const fs::path& final_dir, pid_t own_pid) {
 void swap_into_place(const fs::path& temp_dir, const fs::path& final_dir, const std::string& after_swap) {
   if (!fs::exists(final_dir)) {
     fs::rename(temp_dir, final_dir);
-    crash_point(after_swap.c_str());
+    crash_point(after_swap);
     return;
   }
   if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
-    crash_point(after_swap.c_str());
+    crash_point(after_swap);
     fs::remove_all(temp_dir);
     return;
   }
@@ -75,7 +75,7 @@ void swap_into_place(const fs::path& temp_dir, const fs::path& final_dir, const 
   const fs::path old_dir = final_dir.string() + cat(".old-", ::getpid());
   fs::rename(final_dir, old_dir);
   fs::rename(temp_dir, final_dir);
-  crash_point(after_swap.c_str());
+  crash_point(after_swap);
   fs::remove_all(old_dir);
 }
 
@@ -101,7 +101,7 @@ void commit_dir_write(const fs::path& temp_dir, const fs::path& final_dir, const
   for (const auto& entry : fs::directory_iterator(temp_dir))
     if (entry.is_regular_file()) fsync_path(entry.path());
   fsync_path(temp_dir);
-  crash_point((label + ":before_swap").c_str());
+  crash_point(label + ":before_swap");
   swap_into_place(temp_dir, final_dir, label + ":after_swap");
   fsync_path(final_dir.parent_path());
 }

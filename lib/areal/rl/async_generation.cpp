@@ -13,6 +13,7 @@
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
+#include "areal/util/stop_signal.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -60,6 +61,17 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
   GroupPlan plan(in.schedule, batch);
   Rewarder& reward = *in.reward;
 
+  // A stop signal (Slurm sends it to every process of the step) does not end this rank:
+  // it is relayed to the trainers, who stop after their step with a recover checkpoint
+  // and then tell the generation ranks to stop (the job exits kExitStopped).
+  install_stop_signal_handlers();
+  bool stop_relayed = false;
+  auto relay_stop = [&] {
+    if (stop_relayed || stop_signal_received() == 0) return;
+    mail.post(source, kTagStop, encode_stop(stop_signal_received()));
+    stop_relayed = true;
+  };
+
   int64_t version = 0;
   RolloutModel model = receive_first_weights(mail, source, model_config, tp.get(), dtype_from_name(cfg.actor.dtype),
                                              at::Device(me.device), version);
@@ -78,6 +90,7 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
   auto evaluate_now = [&] {
     if (!eval_pending) return;
     eval_pending = false;
+    sleep_point(cat("async:eval", version));  // tests: a slow evaluation
     std::vector<size_t> items(in.valid->size());
     for (size_t i = 0; i < items.size(); ++i) items[i] = i;
     const std::vector<bool> mine(items.size(), leader);
@@ -98,10 +111,13 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
     return waiting;
   };
   auto take_version = [&] {
+    relay_stop();
+    crash_point(cat("async:version", version + 1));
     version = receive_weights(mail, source, model);
     eval_pending = eval_pending || (evaluates && eval_due(version));
   };
   const WeightCheck check = [&] {
+    relay_stop();
     while (newer_waiting()) take_version();
     mail.progress();
     return version;
@@ -129,7 +145,7 @@ void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& mo
       if (next >= total_groups || eval_pending || !rule.may_start(next, version) ||
           static_cast<int64_t>(in_flight.size()) >= concurrent)
         return false;
-      crash_point(cat("async:group", next + 1).c_str());
+      crash_point(cat("async:group", next + 1));
       in_flight[next].answers.resize(static_cast<size_t>(n_samples));
     }
     const size_t index = plan.prompt(next);

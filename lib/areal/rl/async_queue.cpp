@@ -54,6 +54,21 @@ bool StalenessRule::may_start(int64_t group, int64_t version) const {
   return queue_size <= 0 || group < std::max(version * batch + queue_size, (version + 1) * batch);
 }
 
+std::vector<char> encode_stop(int signal_number) {
+  ByteWriter w;
+  w.put<int64_t>(signal_number);
+  return w.take();
+}
+
+int take_stop_notes(Mailbox& mail) {
+  int signal_number = 0;
+  while (std::optional<Message> m = mail.poll(kTagStop)) {
+    ByteReader r(m->bytes);
+    signal_number = static_cast<int>(r.get<int64_t>());
+  }
+  return signal_number;
+}
+
 std::vector<char> encode_eval(const EvalScore& score) {
   ByteWriter w;
   w.put(score.version);

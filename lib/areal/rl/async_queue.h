@@ -19,6 +19,7 @@ namespace areal {
 
 constexpr int kTagGroup = 22;  // a finished group, generation -> its trainer
 constexpr int kTagEval = 23;   // a held-out score, generation replica 0 -> the first trainer
+constexpr int kTagStop = 24;   // a stop signal a generation rank received, -> its trainer
 constexpr int kEvalSource = 0;  // generation replica 0's first rank, which evaluates: world rank 0
 
 // One prompt's answers, scored on the generation side.
@@ -45,6 +46,12 @@ struct StalenessRule {
   int64_t batch = 1, eta = 0, queue_size = 0;
   bool may_start(int64_t group, int64_t version) const;
 };
+
+// A stop signal (SIGTERM, SIGUSR1) on the wire: a generation rank relays the one it
+// received to its trainer, which takes it (note_stop_signal) before its stop check.
+std::vector<char> encode_stop(int signal_number);
+// Takes the relayed stop signals that arrived; returns the last one's number, or 0.
+int take_stop_notes(Mailbox& mail);
 
 // A held-out score of the weights of `version`.
 struct EvalScore {

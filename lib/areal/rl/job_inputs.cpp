@@ -82,7 +82,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
   in.sampling.max_rows = cfg.rollout.max_running_requests;
-  in.reward = std::make_unique<Rewarder>(cfg.reward_fn, cfg.reward_workers, cfg.reward_timeout);
+  const Allocation allocation = allocation_for_world(cfg, me.world_size);
+  // Trainers of asynchronous RL score nothing (the generation ranks do): no workers.
+  const bool generates = !allocation.separate || !allocation.trains(me.rank);
+  if (generates) in.reward = std::make_unique<Rewarder>(cfg.reward_fn, cfg.reward_workers, cfg.reward_timeout);
 
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
@@ -96,7 +99,6 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
     });
   }
 
-  const Allocation allocation = allocation_for_world(cfg, me.world_size);
   const int trainers = allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size;
   check_batch_size(cfg, trainers, "trains on");
   in.schedule = training_schedule(cfg, trainers, in.train->size(), "prompts");
@@ -148,7 +150,6 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   const int64_t per_replica =
       ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : td.batch_size) + allocation.rollout.data - 1) /
       allocation.rollout.data * cfg.gconfig.n_samples;
-  const bool generates = !allocation.separate || !allocation.trains(me.rank);
   if (generates)
     check_rollout_memory(model, model.num_parameters(), dtype, at_once(allocation.separate ? per_replica : t * per_rank),
                          longest_prompt(*in.train), in.sampling.max_new_tokens, t, device);

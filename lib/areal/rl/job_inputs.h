@@ -33,7 +33,8 @@ struct RlInputs {
   std::unique_ptr<Tokenizer> tokenizer;
   PromptTemplate tmpl;
   SamplingParams sampling;
-  std::unique_ptr<Rewarder> reward;  // a command's workers are started here, before the init
+  std::unique_ptr<Rewarder> reward;  // a command's workers are started here, before the init;
+                                     // none on the trainers of asynchronous RL
   std::unique_ptr<PromptDataset> train;
   std::unique_ptr<PromptDataset> valid;  // null: no held-out evaluation
   TrainingSchedule schedule;

@@ -65,11 +65,13 @@ RewardWorkers::~RewardWorkers() {
   }
   const double grace_end = now_seconds() + 1.0;
   for (Worker& w : workers_) {
+    // WNOWAIT: an exited worker stays unreaped, so its process group id cannot be
+    // reused before stop() kills what the worker left running in it.
+    siginfo_t info{};
     while (w.pid > 0 && now_seconds() < grace_end) {
-      if (::waitpid(w.pid, nullptr, WNOHANG) == w.pid) {
-        w.pid = -1;
+      info.si_pid = 0;
+      if (::waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == w.pid)
         break;
-      }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop(w);
@@ -101,9 +103,24 @@ void RewardWorkers::start(Worker& w) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair[1], STDIN_FILENO);   // dup2 clears CLOEXEC on the copy
   posix_spawn_file_actions_adddup2(&actions, pair[1], STDOUT_FILENO);
+  // A process group of its own: a timed-out worker is killed with everything it started
+  // (a compound command's grandchildren), and the signals a launcher sends to the job's
+  // process groups (Slurm's SIGUSR1/SIGTERM before the end of a step) do not reach it;
+  // those two are blocked too, in case one is sent to every process. The trainer ends
+  // its workers itself.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGUSR1);
+  posix_spawnattr_setsigmask(&attr, &blocked);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
   const char* argv[] = {"/bin/sh", "-c", command_.c_str(), nullptr};
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char* const*>(argv), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   ::close(pair[1]);
   if (rc != 0) {
@@ -120,7 +137,7 @@ void RewardWorkers::stop(Worker& w) {
   if (w.fd >= 0) ::close(w.fd);
   w.fd = -1;
   if (w.pid > 0) {
-    ::kill(w.pid, SIGKILL);
+    ::kill(-w.pid, SIGKILL);  // the worker's whole process group (start)
     ::waitpid(w.pid, nullptr, 0);
   }
   w.pid = -1;

@@ -7,6 +7,9 @@
 // A call that takes longer than the timeout, a worker that dies, or a line that is not
 // one finite number scores 0, is counted as a failure, and the worker is replaced by a
 // fresh one (its state is unknown after that). The workers' stderr goes to the job's.
+// Each worker is a process group of its own, killed as a group (nothing it started
+// survives it), and shielded from the job's stop signals (SIGTERM, SIGUSR1 blocked):
+// the trainer decides when workers end.
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +25,9 @@ class RewardWorkers {
   // Starts `workers` processes of `/bin/sh -c command`. Throws std::runtime_error when
   // a process cannot be started.
   RewardWorkers(std::string command, int64_t workers, double timeout_seconds);
-  ~RewardWorkers();  // closes their stdin (a worker that reads to the end exits), then kills what is left
+  // Closes their stdin (a worker that reads to the end exits), waits up to 1 s, then
+  // kills every worker's process group.
+  ~RewardWorkers();
   RewardWorkers(const RewardWorkers&) = delete;
   RewardWorkers& operator=(const RewardWorkers&) = delete;
 

@@ -31,6 +31,7 @@
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
+#include "areal/util/stop_signal.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -188,7 +189,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
   const at::ScalarType compute_dtype = policy.compute_dtype();
   const Tokenizer& tokenizer = *inputs.tokenizer;
   const SamplingParams& sampling = inputs.sampling;
-  Rewarder& reward = *inputs.reward;
+  Rewarder* reward = inputs.reward.get();  // colocated only: the generation ranks score asynchronous RL
   const PromptDataset& train = *inputs.train;
   const PromptDataset* valid = inputs.valid.get();
 
@@ -258,7 +259,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
     if (!valid || link) return -1.0;
     auto start = Clock::now();
     last_eval = start;
-    double accuracy = evaluate(*valid, policy, comm, group, me, sampling, tokenizer, reward,
+    double accuracy = evaluate(*valid, policy, comm, group, me, sampling, tokenizer, *reward,
                                cfg.valid_dataset.batch_size);
     log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", valid->size(),
                   " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
@@ -334,7 +335,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
         answers.insert(answers.end(), group_answers.begin() + first_row, group_answers.begin() + first_row + mine);
       };
       generate_round(batch, 0);
-      std::vector<double> rewards = score_answers(prompts, n_samples, answers, 0, tokenizer, reward, reward_failures);
+      std::vector<double> rewards = score_answers(prompts, n_samples, answers, 0, tokenizer, *reward, reward_failures);
       if (refill) {
         // Rounds until batch_size groups of all ranks carry a signal; ranks take theirs
         // in round order, then rank order.
@@ -346,7 +347,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
             const int64_t missing = (wanted - accepted + me.world_size - 1) / me.world_size * me.world_size;
             generate_round(refill_prompts(cfg.seed, step, round, missing, train.size()), round);
             const std::vector<double> more =
-                score_answers(prompts, n_samples, answers, round_first, tokenizer, reward, reward_failures);
+                score_answers(prompts, n_samples, answers, round_first, tokenizer, *reward, reward_failures);
             rewards.insert(rewards.end(), more.begin(), more.end());
           }
           std::vector<double> round_scores;
@@ -596,6 +597,7 @@ RlSummary run_rl(const Config& cfg, const RlInputs& inputs, const RankInfo& me, 
       logged.push_back({"eval_accuracy", run_eval(cat("step ", step + 1).c_str())});
     stats.log(step + 1, logged);
     saver.after_step(step + 1, last, policy);
+    if (link) note_stop_signal(take_stop_notes(*link->mail));  // a generation rank's, relayed
     recovery.after_step(step + 1, last,
                         {{"eval_before", summary.eval_before},
                          {"first_reward", summary.first_reward},

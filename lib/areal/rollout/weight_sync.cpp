@@ -54,16 +54,19 @@ std::pair<int64_t, int64_t> receive_header(Mailbox& mail, int source) {
   ByteReader r(m.bytes);
   const int64_t version = r.get<int64_t>(), units = r.get<int64_t>();
   if (version < 0) throw StopRequested("the trainers stopped (a stop signal); the generation ranks stop with them");
+  mail.send(source, kTagWeightsReady, {});
   return {version, units};
 }
 
 }  // namespace
 
-void send_weights(const Policy& policy, Mailbox& mail, const std::vector<int>& to, int64_t version,
+void send_weights(Policy& policy, Mailbox& mail, const std::vector<int>& to, int64_t version,
                   at::ScalarType dtype) {
   at::NoGradGuard no_grad;
   const int64_t units = static_cast<int64_t>(policy.unit_count());
   for (int dest : to) mail.send(dest, kTagWeights, header(version, units));
+  for (int dest : to) mail.receive(kTagWeightsReady, dest, cat("generation rank ", dest, " to take the weights"));
+  policy.comm().barrier_unwatched();
   for (size_t u = 0; u < policy.unit_count(); ++u) {
     std::map<std::string, at::Tensor> unit = policy.unit_weights(u, dtype);  // collective: every trainer
     if (to.empty()) continue;

@@ -10,6 +10,12 @@
 // So no rank ever holds more than its slices plus one unit. Training rank k serves the
 // generation ranks g with g % trainers == k. A message of version -1 means the
 // trainers stopped (a stop signal): the generation side stops too.
+//
+// A version starts with its header; the generation rank answers "ready" when it takes
+// it (it may be evaluating, for minutes), and the trainers agree that all their
+// generation ranks are ready (an unwatched barrier) before the first unit's collective
+// gather: else the trainers that serve nobody would wait in that watched collective for
+// the one blocked in a send, and the watchdog would end the job as if a rank stopped.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +28,10 @@
 namespace areal {
 
 constexpr int kTagWeights = 21;
+constexpr int kTagWeightsReady = 25;  // generation -> its trainer: it takes the version now
 
 // Trainer side; collective over the policy's ranks. `to`: this rank's generation ranks.
-void send_weights(const Policy& policy, Mailbox& mail, const std::vector<int>& to, int64_t version,
+void send_weights(Policy& policy, Mailbox& mail, const std::vector<int>& to, int64_t version,
                   at::ScalarType dtype);
 // Tells `to` that the trainers stopped.
 void send_stop(Mailbox& mail, const std::vector<int>& to);

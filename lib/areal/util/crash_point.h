@@ -2,8 +2,10 @@
 // instant (checkpoint saves, training steps), a rank that stops (the collective
 // watchdog), a stop signal (preemption). When the environment variable AREAL_TEST_CRASH_AT names
 // the point, the process ends there at once with kCrashPointExitCode: no destructors,
-// no flushing, no cleanup, as after kill -9. Unset (always, outside tests) it costs a
-// getenv.
+// no flushing, no cleanup, as after kill -9. When AREAL_TEST_THROW_AT names it, the
+// point throws std::runtime_error instead (an error on that rank: the job must end by
+// itself, in seconds). The variables are read once, at the first point; unset (always,
+// outside tests) a point costs a string compare.
 #pragma once
 
 #include <string>
@@ -12,7 +14,7 @@ namespace areal {
 
 constexpr int kCrashPointExitCode = 86;
 
-void crash_point(const char* name);
+void crash_point(const std::string& name);
 
 // The same for a stopped rank: when AREAL_TEST_STOP_AT names the point and
 // AREAL_TEST_STOP_RANK is `rank`, the process stops itself (SIGSTOP), as a hung rank.

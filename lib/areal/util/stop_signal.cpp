@@ -24,4 +24,8 @@ void install_stop_signal_handlers() {
 
 int stop_signal_received() { return received.load(); }
 
+void note_stop_signal(int signal_number) {
+  if (signal_number != 0) received.store(signal_number);
+}
+
 }  // namespace areal

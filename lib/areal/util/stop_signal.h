@@ -13,4 +13,8 @@ void install_stop_signal_handlers();
 // The stop signal received since the handlers were installed, or 0.
 int stop_signal_received();
 
+// A stop signal that another process of the job received (asynchronous RL: a
+// generation rank's, relayed to its trainer), taken as if it had come here.
+void note_stop_signal(int signal_number);
+
 }  // namespace areal
