@@ -12,10 +12,11 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/staged_init.h"
-#include "areal/rl/async_rl.h"
-#include "areal/rl/job_inputs.h"
+#include "areal/job/startup.h"
+#include "areal/job/async_rl.h"
+#include "areal/job/job_inputs.h"
 #include "areal/rl/rl_trainer.h"
-#include "areal/rl/sft_trainer.h"
+#include "areal/sft/sft_trainer.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
@@ -76,18 +77,9 @@ int run_job(const areal::Config& cfg) {
     if (allocation.separate) {  // asynchronous RL (prepare_job refuses other jobs)
       areal::run_async_rl(cfg, *inputs.rl, model, me, allocation, comm);
     } else {
-      areal::InitResult init = areal::staged_init(cfg, me, comm);
-      areal::InitReport report = areal::gather_init_report(init, comm);
-      if (me.rank == 0) {
-        areal::log::info(areal::format_init_table(report));
-        std::string path = areal::write_run_file(cfg, "init_stages.json", areal::init_report_json(report));
-        areal::log::info("stage figures written to " + path);
-      }
-      if (inputs.sft || inputs.rl) {
-        areal::Policy policy(cfg, *init.model, comm);
-        if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, policy);
-        if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, policy);
-      }
+      areal::Trainer trainer = areal::start_trainer(cfg, me, comm);
+      if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, *trainer.policy);
+      if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, *trainer.policy);
     }
   }
   areal::finalize();

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "areal/rl/reward.h"
-#include "areal/rl/reward_workers.h"
+#include "areal/reward/reward.h"
+#include "areal/reward/reward_workers.h"
 #include "areal/util/error.h"
 #include "run_python.h"
 #include "test_paths.h"

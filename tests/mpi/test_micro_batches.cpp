@@ -8,7 +8,7 @@
 
 #include "areal/fsdp/policy.h"
 #include "areal/fsdp/staged_init.h"
-#include "areal/rl/micro_batches.h"
+#include "areal/fsdp/micro_batches.h"
 #include "mpi_fixture.h"
 #include "test_paths.h"
 

@@ -1,6 +1,6 @@
 """A corpus of (answer, reference) pairs in the shapes GSM8K and MATH solutions take,
 each judged by Hugging Face math-verify: the reference the built-in `math` reward
-(lib/areal/rl/reward.cpp) is checked against in tests/test_reward.cpp.
+(lib/areal/reward/reward.cpp) is checked against in tests/test_reward.cpp.
 
     math_verify_corpus.py N_PAIRS SEED > corpus.jsonl
 

@@ -33,4 +33,11 @@ EpochPlan plan_epoch(const EpochSpec& spec, int64_t epoch);
 // The batches every epoch has (a function of the shape only, not of the order).
 int64_t batches_per_epoch(const EpochSpec& spec);
 
+// The epochs and steps of a run: the shape of every epoch and how many steps in all.
+struct TrainingSchedule {
+  EpochSpec epochs;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;  // over all epochs, capped by total_train_steps
+};
+
 }  // namespace areal

@@ -1,5 +1,6 @@
 #include "areal/data/prompt_dataset.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "areal/data/jsonl.h"
@@ -42,6 +43,12 @@ PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_
   }
   if (prompts_.empty())
     throw std::runtime_error(cat(path, ": no usable prompts (", skipped_, " longer than max_length)"));
+}
+
+int64_t longest_prompt(const PromptDataset& data) {
+  int64_t longest = 0;
+  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
+  return longest;
 }
 
 }  // namespace areal

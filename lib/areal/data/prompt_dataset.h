@@ -32,4 +32,7 @@ class PromptDataset {
   int64_t skipped_ = 0;
 };
 
+// The most tokens a prompt of `data` has (the memory checks, the generation stream's rows).
+int64_t longest_prompt(const PromptDataset& data);
+
 }  // namespace areal

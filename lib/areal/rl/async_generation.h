@@ -22,7 +22,7 @@
 #include "areal/dist/communicator.h"
 #include "areal/dist/mailbox.h"
 #include "areal/model/model_config.h"
-#include "areal/rl/job_inputs.h"
+#include "areal/rl/rl_inputs.h"
 
 namespace areal {
 

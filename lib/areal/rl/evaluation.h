@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "areal/data/prompt_dataset.h"
-#include "areal/rl/reward.h"
+#include "areal/reward/reward.h"
 #include "areal/rollout/generation.h"
 #include "areal/text/tokenizer.h"
 

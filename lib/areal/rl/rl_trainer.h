@@ -25,7 +25,7 @@
 #include "areal/dist/communicator.h"
 #include "areal/dist/mailbox.h"
 #include "areal/fsdp/policy.h"
-#include "areal/rl/job_inputs.h"
+#include "areal/rl/rl_inputs.h"
 
 namespace areal {
 

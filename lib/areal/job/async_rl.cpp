@@ -1,9 +1,7 @@
-#include "areal/rl/async_rl.h"
+#include "areal/job/async_rl.h"
 
-#include "areal/config/run_paths.h"
 #include "areal/dist/mailbox.h"
-#include "areal/fsdp/policy.h"
-#include "areal/fsdp/staged_init.h"
+#include "areal/job/startup.h"
 #include "areal/rl/async_generation.h"
 #include "areal/rl/rl_trainer.h"
 #include "areal/util/log.h"
@@ -35,19 +33,13 @@ void run_async_rl(const Config& cfg, const RlInputs& inputs, const ModelConfig& 
   RankInfo trainer = me;
   trainer.rank = me.rank - generation_ranks;
   trainer.world_size = trainers;
-  InitResult init = staged_init(cfg, trainer, *side);
-  InitReport report = gather_init_report(init, *side);
-  if (trainer.rank == 0) {
-    log::info(format_init_table(report));
-    log::info("stage figures written to " + write_run_file(cfg, "init_stages.json", init_report_json(report)));
-  }
-  Policy policy(cfg, *init.model, *side);
+  Trainer started = start_trainer(cfg, trainer, *side);
   GenerationLink link;
   link.mail = &mail;
   link.replicas = static_cast<int>(a.rollout.data);
   for (int g = 0; g < generation_ranks; ++g)
     if (g % trainers == trainer.rank) link.served.push_back(g);
-  run_rl(cfg, inputs, trainer, *side, policy, &link);
+  run_rl(cfg, inputs, trainer, *side, *started.policy, &link);
 }
 
 }  // namespace areal

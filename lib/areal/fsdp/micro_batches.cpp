@@ -1,4 +1,4 @@
-#include "areal/rl/micro_batches.h"
+#include "areal/fsdp/micro_batches.h"
 
 #include <ATen/ATen.h>
 

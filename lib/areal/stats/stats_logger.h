@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "areal/config/config.h"
-#include "areal/util/tensorboard.h"
+#include "areal/stats/tensorboard.h"
 
 namespace areal {
 

@@ -1,4 +1,4 @@
-#include "areal/rl/periodic_saves.h"
+#include "areal/recover/periodic_saves.h"
 
 #include <ATen/ATen.h>
 

@@ -1,4 +1,4 @@
-#include "areal/rl/job_inputs.h"
+#include "areal/job/job_inputs.h"
 
 #include <algorithm>
 
@@ -182,12 +182,6 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
 }
 
 }  // namespace
-
-int64_t longest_prompt(const PromptDataset& data) {
-  int64_t longest = 0;
-  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
-  return longest;
-}
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);

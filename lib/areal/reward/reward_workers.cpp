@@ -1,4 +1,4 @@
-#include "areal/rl/reward_workers.h"
+#include "areal/reward/reward_workers.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -12,7 +12,7 @@
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
 #include "areal/fsdp/policy.h"
-#include "areal/rl/job_inputs.h"
+#include "areal/sft/sft_inputs.h"
 
 namespace areal {
 

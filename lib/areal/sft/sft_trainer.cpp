@@ -1,4 +1,4 @@
-#include "areal/rl/sft_trainer.h"
+#include "areal/sft/sft_trainer.h"
 
 #include <ATen/ATen.h>
 
@@ -12,8 +12,8 @@
 #include "areal/optim/adamw.h"
 #include "areal/optim/lr_schedule.h"
 #include "areal/recover/run_recovery.h"
-#include "areal/rl/micro_batches.h"
-#include "areal/rl/periodic_saves.h"
+#include "areal/fsdp/micro_batches.h"
+#include "areal/recover/periodic_saves.h"
 #include "areal/data/text_dataset.h"
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"

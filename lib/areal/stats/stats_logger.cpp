@@ -1,4 +1,4 @@
-#include "areal/rl/stats_logger.h"
+#include "areal/stats/stats_logger.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -1,11 +1,11 @@
-#include "areal/rl/reward.h"
+#include "areal/reward/reward.h"
 
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "areal/rl/reward_workers.h"
+#include "areal/reward/reward_workers.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"

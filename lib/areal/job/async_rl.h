@@ -15,7 +15,7 @@
 #include "areal/dist/bootstrap.h"
 #include "areal/dist/communicator.h"
 #include "areal/model/model_config.h"
-#include "areal/rl/job_inputs.h"
+#include "areal/job/job_inputs.h"
 
 namespace areal {
 

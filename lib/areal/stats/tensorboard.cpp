@@ -1,4 +1,4 @@
-#include "areal/util/tensorboard.h"
+#include "areal/stats/tensorboard.h"
 
 #include <unistd.h>
 
