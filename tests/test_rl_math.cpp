@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include "catch_with_torch.h"
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "areal/rl/advantages.h"
 #include "areal/rl/batch_refill.h"
@@ -234,12 +236,30 @@ TEST_CASE("rl: loss aggregation modes token-mean and seq-mean (token sum / mean 
 TEST_CASE("rl: DAPO's refill draws seeded prompts and takes groups with a signal in rank order",
           "[rl][advantages][dapo]") {
   // The same draw on every rank and in a resumed run; another round or step draws others.
-  const std::vector<size_t> draw = refill_prompts(1, 5, 1, 64, 10);
-  CHECK(draw == refill_prompts(1, 5, 1, 64, 10));
-  CHECK(draw != refill_prompts(1, 5, 2, 64, 10));
-  CHECK(draw != refill_prompts(1, 6, 1, 64, 10));
+  const std::vector<size_t> draw = refill_prompts(1, 5, 1, 64, 10, {});
+  CHECK(draw == refill_prompts(1, 5, 1, 64, 10, {}));
+  CHECK(draw != refill_prompts(1, 5, 2, 64, 10, {}));
+  CHECK(draw != refill_prompts(1, 6, 1, 64, 10, {}));
   CHECK(draw.size() == 64);
   for (size_t index : draw) CHECK(index < 10);
+  // Without replacement within a step (issue 26, defect 7: uniform draws with replacement
+  // gave one prompt twice in a round, and so two identical groups, trained on twice):
+  // the step's batch and earlier rounds are not drawn while other prompts remain, and a
+  // round repeats a prompt only past the size of the training set (64 of 10 above: each
+  // index 6 or 7 times).
+  const std::vector<size_t> batch = {0, 1, 2, 3};
+  const std::vector<size_t> round1 = refill_prompts(1, 5, 1, 4, 10, batch);
+  std::vector<size_t> drawn = batch;
+  drawn.insert(drawn.end(), round1.begin(), round1.end());
+  const std::vector<size_t> round2 = refill_prompts(1, 5, 2, 4, 10, drawn);
+  std::set<size_t> seen(batch.begin(), batch.end());
+  for (size_t index : round1) CHECK(seen.insert(index).second);
+  std::set<size_t> second(round2.begin(), round2.end());
+  CHECK(second.size() == 4);
+  for (size_t index = 0; index < 10; ++index)
+    if (!seen.count(index)) CHECK(second.count(index) == 1);  // the 2 prompts left unused come first
+  for (size_t index = 0; index < 10; ++index)
+    CHECK(std::count(draw.begin(), draw.end(), index) >= 6);
   // Groups of 2: [1, 0] and [0.5, 0.5 + tiny] have a signal, [2, 2] has none.
   CHECK(group_signals({1, 0, 2, 2, 0.5, 0.5000001}, 2) == std::vector<bool>{true, false, true});
   // 3 more groups wanted; ranks have 2, 0, 4 groups with a signal: rank 0 takes 2, rank

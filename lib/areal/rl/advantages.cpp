@@ -19,6 +19,12 @@ double overlong_penalty(int64_t length, int64_t max_new_tokens, int64_t overlong
   return std::min(0.0, -excess / static_cast<double>(overlong_tokens) * factor);
 }
 
+double answer_score(double raw, int64_t length, const ActorConfig& actor, int64_t max_new_tokens) {
+  if (actor.overlong_reward_penalty)
+    raw += overlong_penalty(length, max_new_tokens, actor.overlong_tokens, actor.overlong_penalty_factor);
+  return transform_reward(raw, actor);
+}
+
 at::Tensor groups_with_signal(const at::Tensor& scores, int64_t group_size, Communicator* comm) {
   const int64_t rows = scores.size(0);
   if (rows % group_size != 0) throw std::invalid_argument(cat(rows, " answers do not form groups of ", group_size));

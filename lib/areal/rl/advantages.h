@@ -30,6 +30,10 @@ double transform_reward(double reward, const ActorConfig& actor);
 // max_new_tokens.
 double overlong_penalty(int64_t length, int64_t max_new_tokens, int64_t overlong_tokens, double factor);
 
+// An answer's score: its raw reward (+ DAPO's overlong penalty when
+// actor.overlong_reward_penalty), transformed (transform_reward).
+double answer_score(double raw, int64_t length, const ActorConfig& actor, int64_t max_new_tokens);
+
 // DAPO's dynamic sampling (actor.dynamic_sampling): 1 for the answers of groups
 // (`group_size` consecutive scores) whose scores differ, 0 for the answers of groups
 // whose scores are all equal (no signal). When no group on any rank has a signal, all

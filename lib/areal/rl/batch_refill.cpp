@@ -5,13 +5,22 @@
 
 namespace areal {
 
-std::vector<size_t> refill_prompts(int64_t seed, int64_t step, int64_t round, int64_t count, size_t dataset_size) {
+std::vector<size_t> refill_prompts(int64_t seed, int64_t step, int64_t round, int64_t count, size_t dataset_size,
+                                   const std::vector<size_t>& drawn) {
   std::seed_seq seq{static_cast<uint64_t>(seed), static_cast<uint64_t>(step), static_cast<uint64_t>(round),
                     uint64_t{0x5eed0f11}};
   std::mt19937_64 rng(seq);
-  std::uniform_int_distribution<size_t> pick(0, dataset_size - 1);
+  std::vector<bool> used(dataset_size, false);
+  for (size_t i : drawn)
+    if (i < dataset_size) used[i] = true;
+  std::vector<size_t> fresh, again;
+  for (size_t i = 0; i < dataset_size; ++i) (used[i] ? again : fresh).push_back(i);
+  std::shuffle(fresh.begin(), fresh.end(), rng);
+  std::shuffle(again.begin(), again.end(), rng);
+  std::vector<size_t> order = std::move(fresh);
+  order.insert(order.end(), again.begin(), again.end());
   std::vector<size_t> prompts;
-  for (int64_t i = 0; i < count; ++i) prompts.push_back(pick(rng));
+  for (int64_t i = 0; i < count && !order.empty(); ++i) prompts.push_back(order[static_cast<size_t>(i) % order.size()]);
   return prompts;
 }
 

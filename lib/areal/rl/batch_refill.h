@@ -17,8 +17,14 @@ namespace areal {
 constexpr int64_t kMaxRefillRounds = 8;
 
 // The prompts (indices into a training set of `dataset_size`) of refill round `round`
-// (from 1) of `step`: `count` of them, uniform with replacement, the same on every rank.
-std::vector<size_t> refill_prompts(int64_t seed, int64_t step, int64_t round, int64_t count, size_t dataset_size);
+// (from 1) of `step`: `count` of them, the same on every rank, drawn without
+// replacement: first from the prompts the step has not used (`drawn`: its batch and
+// earlier rounds), then, when those run out, from the used ones; a round repeats a
+// prompt only when `count` exceeds the training set. (Two draws of one prompt in a
+// round would give identical answers: each answer's generator is seeded by the step,
+// the prompt and its slot.)
+std::vector<size_t> refill_prompts(int64_t seed, int64_t step, int64_t round, int64_t count, size_t dataset_size,
+                                   const std::vector<size_t>& drawn);
 
 // 1 for each group (`group_size` consecutive scores) whose scores differ.
 std::vector<bool> group_signals(const std::vector<double>& scores, int64_t group_size);

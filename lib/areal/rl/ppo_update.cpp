@@ -1,0 +1,178 @@
+#include "areal/rl/ppo_update.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "areal/fsdp/micro_batches.h"
+#include "areal/optim/lr_schedule.h"
+#include "areal/rl/advantages.h"
+#include "areal/rl/ppo_loss.h"
+#include "areal/util/log.h"
+#include "areal/util/strings.h"
+
+namespace areal {
+namespace {
+
+constexpr int kMaxBadUpdatesInARow = 3;  // non-finite losses or gradients in a row before the job stops
+
+// Log-probs of the rollout's targets under the policy's `weights` without a graph:
+// [rows, L - 1] on the CPU, in n_chunks chunks of micro-batches (actor.mb_spec).
+// Collective.
+at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r, int64_t n_chunks,
+                         int64_t max_tokens_per_mb, double temperature, const at::Device& device) {
+  at::NoGradGuard no_grad;
+  const int64_t rows = r.ids.size(0);
+  const PaddedSequences set = r.sequences();
+  at::Tensor out = at::zeros_like(r.old_logp);
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
+                                              policy.comm(), device)) {
+      at::Tensor logits = mb.forward(policy, weights);
+      mb.put_back(token_logprobs(logits, mb.targets(), temperature).logprobs.cpu(), out);
+    }
+  }
+  return out * r.loss_mask;
+}
+
+// One minibatch's sums (this rank's) and whether its loss was finite on every rank.
+struct MinibatchSums {
+  double loss = 0, clipped = 0, dual_clipped = 0, entropy = 0;
+  bool finite = true;
+};
+
+// Micro-batches accumulate gradients. Each one's loss is summed over all ranks before
+// its backward: a non-finite one skips the whole minibatch's update.
+MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const StepAdvantages& adv,
+                                 const at::Tensor& loss_weights, const at::Tensor& answer_ids, int64_t begin,
+                                 int64_t end, double global_units, Policy& policy, Communicator& comm,
+                                 const at::Device& device) {
+  const ActorConfig& actor = cfg.actor;
+  MinibatchSums sums;
+  for (const MicroBatch& mb :
+       micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device)) {
+    at::Tensor logits = mb.forward(policy);
+    const at::Tensor mask = mb.lay_out(r.loss_mask);
+    TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
+    const at::Tensor base = mb.lay_out(adv.ratio_base);
+    const at::Tensor logp =
+        answer_ids.defined() ? sequence_level_logp(tl.logprobs, base, mask, mb.lay_out(answer_ids)) : tl.logprobs;
+    PpoTokenLoss pl =
+        ppo_token_loss(logp, base, mb.lay_out(adv.advantages), actor.eps_clip, actor.eps_clip_higher, actor.c_clip);
+    at::Tensor token_loss = adv.weights.defined() ? pl.loss * mb.lay_out(adv.weights) : pl.loss;
+    at::Tensor local = (token_loss * mb.lay_out(loss_weights)).sum();
+    at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
+    comm.all_reduce(part, ReduceOp::Sum);
+    if (!std::isfinite(part.item<double>())) {
+      sums.finite = false;
+      break;
+    }
+    // The engine averages gradients over ranks; the factor undoes it, so the gradient is
+    // that of the minibatch's loss over all ranks.
+    (local * (static_cast<double>(comm.world_size()) / global_units)).backward();
+    sums.loss += part.item<double>();
+    sums.clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
+    sums.dual_clipped += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
+    sums.entropy += (tl.entropy * mask).sum().item<double>();
+  }
+  return sums;
+}
+
+}  // namespace
+
+StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Policy& policy, Communicator& comm,
+                                  const at::Device& device) {
+  const ActorConfig& actor = cfg.actor;
+  Rollout& r = rollout.batch;
+  const int64_t n_samples = cfg.gconfig.n_samples, n_minibatches = actor.ppo_n_minibatches;
+  const int64_t max_tokens_per_mb = actor.mb_spec.max_tokens_per_mb;
+  StepAdvantages adv;
+  // Scores: raw reward (+ DAPO's overlong penalty), transformed.
+  std::vector<double> scores;
+  for (size_t i = 0; i < r.rewards.size(); ++i)
+    scores.push_back(answer_score(r.rewards[i], r.answer_lengths[i], actor, cfg.gconfig.max_new_tokens));
+  const at::Tensor score_tensor = at::tensor(scores, at::kFloat);
+  // DAPO's dynamic sampling: groups without a signal leave the step (no loss, no tokens,
+  // no part in the batch statistics); with the refill, so do the groups beyond the batch.
+  if (actor.dynamic_sampling) {
+    adv.kept = rollout.refilled
+                   ? at::tensor(rollout.refill_kept, at::kFloat).repeat_interleave(n_samples)
+                   : groups_with_signal(score_tensor, n_samples, &comm);
+    r.loss_mask *= adv.kept.unsqueeze(1);
+  }
+  // Decoupled PPO keeps generation's log-probs as the behaviour's and recomputes the
+  // proximal ones; otherwise recompute_logprob replaces them.
+  at::Tensor proximal_logp;
+  if (actor.use_decoupled_loss || actor.recompute_logprob) {
+    at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb,
+                                          actor.temperature, device);
+    (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
+  }
+  adv.ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
+  if (actor.use_decoupled_loss) adv.weights = behaviour_weights(proximal_logp, r.old_logp, actor.behav_imp_weight_cap);
+  if (policy.has_reference()) {
+    const at::Tensor ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, max_tokens_per_mb,
+                                              actor.temperature, device);
+    adv.kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
+  }
+  at::Tensor normalized = normalize_rewards(score_tensor, actor.reward_norm, &comm, adv.kept);
+  if (actor.mask_no_eos_with_zero) normalized = normalized * (1 - at::tensor(r.truncated_rows, at::kFloat));
+  const at::Tensor advantages =
+      token_advantages(normalized, adv.kl, r.loss_mask, actor.kl_ctl, actor.discount, actor.gae_lambda);
+  adv.advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
+  return adv;
+}
+
+UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantages& adv, int64_t step,
+                         int64_t total_steps, Policy& policy, ShardedAdamW& optimizer, Communicator& comm,
+                         const at::Device& device, int& bad_in_a_row) {
+  const ActorConfig& actor = cfg.actor;
+  const int64_t rows = r.ids.size(0), n_minibatches = actor.ppo_n_minibatches;
+  // Each minibatch's loss: weighted token losses over its units of all ranks (loss_agg_mode).
+  const at::Tensor loss_weights = loss_token_weights(r.loss_mask, actor.loss_agg_mode, cfg.gconfig.max_new_tokens);
+  at::Tensor mb_units = at::zeros({n_minibatches}, at::kDouble);
+  for (int64_t m = 0; m < n_minibatches; ++m)
+    mb_units[m] = loss_units(
+        r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches),
+        actor.loss_agg_mode);
+  comm.all_reduce(mb_units, ReduceOp::Sum);
+  // GSPO: which answer each target position belongs to (packed rows hold several).
+  const at::Tensor answer_ids = actor.importance_sampling_level == "sequence"
+                                    ? at::arange(rows, at::kFloat).unsqueeze(1).expand_as(r.loss_mask).contiguous()
+                                    : at::Tensor();
+  UpdateFigures figures;
+  for (int64_t m = 0; m < n_minibatches; ++m) {
+    const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
+    const double global_units = std::max(1.0, mb_units[m].item<double>());
+    optimizer.zero_grad();
+    const MinibatchSums sums = minibatch_backward(cfg, r, adv, loss_weights, answer_ids, begin, end, global_units,
+                                                  policy, comm, device);
+    if (!sums.finite) {
+      log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
+      if (++bad_in_a_row >= kMaxBadUpdatesInARow)
+        throw std::runtime_error(cat(kMaxBadUpdatesInARow, " updates in a row had a non-finite loss; stopping "
+                                     "(lower optimizer.lr, or check the data and the model)"));
+      continue;
+    }
+    figures.lr = learning_rate(cfg.optimizer, step * n_minibatches + m, total_steps * n_minibatches);
+    StepResult result = optimizer.step(figures.lr);
+    if (result.skipped) {
+      log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the gradient norm is not finite; skipped"));
+      if (++bad_in_a_row >= kMaxBadUpdatesInARow)
+        throw std::runtime_error(cat(kMaxBadUpdatesInARow, " updates in a row had a non-finite gradient; stopping"));
+      continue;
+    }
+    bad_in_a_row = 0;
+    figures.grad_norm += result.grad_norm;
+    ++figures.updates;
+    figures.loss += sums.loss / global_units;
+    figures.clipped += sums.clipped;
+    figures.dual_clipped += sums.dual_clipped;
+    figures.entropy += sums.entropy;
+  }
+  return figures;
+}
+
+}  // namespace areal

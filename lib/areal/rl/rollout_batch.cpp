@@ -1,0 +1,77 @@
+#include "areal/rl/rollout_batch.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "areal/util/strings.h"
+
+namespace areal {
+
+// The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end).
+std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int64_t n_samples,
+                                  const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
+                                  Rewarder& reward, int64_t& failures) {
+  std::vector<RewardCall> calls;
+  for (size_t i = first_prompt * n_samples; i < answers.size(); ++i) {
+    const Prompt& prompt = *prompts[i / n_samples];
+    calls.push_back({&prompt.example, tokenizer.decode(answers[i].tokens), prompt.ids, answers[i].tokens});
+  }
+  return reward.score(calls, failures);
+}
+
+Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
+             const Tokenizer& tokenizer) {
+  Rollout r;
+  const int64_t rows = static_cast<int64_t>(answers.size());
+  int64_t longest = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    r.lengths.push_back(static_cast<int64_t>(prompts[i / n_samples]->ids.size() + answers[i].tokens.size()));
+    longest = std::max(longest, r.lengths.back());
+  }
+  r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
+  r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
+  r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Prompt& prompt = *prompts[i / n_samples];
+    const Generated& answer = answers[i];
+    const int64_t p = static_cast<int64_t>(prompt.ids.size()), a = static_cast<int64_t>(answer.tokens.size());
+    r.ids[i].narrow(0, 0, p).copy_(at::tensor(prompt.ids, at::kLong));
+    if (a > 0) {
+      r.ids[i].narrow(0, p, a).copy_(at::tensor(answer.tokens, at::kLong));
+      r.loss_mask[i].narrow(0, p - 1, a).fill_(1);
+      r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
+    }
+    r.answer_tokens += a;
+    r.answer_lengths.push_back(a);
+    r.truncated_rows.push_back(answer.truncated ? 1.0f : 0.0f);
+    r.longest_answer = std::max(r.longest_answer, a);
+    r.truncated += answer.truncated;
+    if (!answer.versions.empty()) r.head_versions.push_back(answer.versions.front());
+  }
+  return r;
+}
+
+Rollout pack_groups(const std::vector<FinishedGroup>& groups, const PromptDataset& train, int64_t n_samples,
+                    const Tokenizer& tokenizer) {
+  std::vector<const Prompt*> prompts;
+  std::vector<Generated> answers;
+  std::vector<double> rewards;
+  int64_t failures = 0;
+  for (const FinishedGroup& g : groups) {
+    if (static_cast<int64_t>(g.answers.size()) != n_samples)
+      throw std::runtime_error(cat("group ", g.index, " has ", g.answers.size(), " answers, not gconfig.n_samples = ",
+                                   n_samples));
+    prompts.push_back(&train[static_cast<size_t>(g.prompt)]);
+    answers.insert(answers.end(), g.answers.begin(), g.answers.end());
+    rewards.insert(rewards.end(), g.rewards.begin(), g.rewards.end());
+    failures += g.reward_failures;
+  }
+  Rollout r = pack(prompts, n_samples, answers, tokenizer);
+  r.rewards = std::move(rewards);
+  r.reward_failures = failures;
+  return r;
+}
+
+}  // namespace areal
