@@ -114,6 +114,106 @@ ModelConfig init_model_config(const Config& cfg) {
                                 : ModelConfig::from_file(config_path_of(cfg.model_path));
 }
 
+namespace {
+
+// Memory-efficient: rank 0 streams the checkpoint tensor by tensor; each unit's shards
+// are scattered piece by piece. Returns the fingerprints of the units read (rank 0).
+void stream_from_rank0(const Config& cfg, const RankInfo& me, Communicator& comm, const CausalLM& skeleton,
+                       ShardedModel& model, StageMeter& load_stage, StageMeter& send_stage, int64_t load_base,
+                       std::vector<int64_t>& expected) {
+  Clock::time_point t;
+  std::unique_ptr<io::CheckpointReader> checkpoint;
+  t = load_stage.begin(load_base);
+  if (me.rank == 0) {
+    checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
+    check_hf_weights(skeleton, *checkpoint);  // every tensor named before any is sent
+  }
+  load_stage.end(t);
+  Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
+                    me.rank == 0);
+  // Rank 0 never assembles a whole unit: piece c of every rank's shard is read from
+  // the file into one send buffer (block r for rank r) and scattered, so rank 0 holds
+  // its shards plus one buffer of at most kScatterChunk elements.
+  at::Tensor buffer;
+  if (me.rank == 0) buffer = at::empty({kScatterChunk}, at::kFloat);
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const UnitLayout& unit = model.units()[u];
+    const int64_t chunk = scatter_chunk(unit, me.world_size);
+    uint32_t unit_fingerprint = 0;
+    for (int64_t first = 0; first < unit.shard_numel; first += chunk) {
+      const int64_t length = std::min(chunk, unit.shard_numel - first);
+      at::Tensor send;
+      if (me.rank == 0) {
+        t = load_stage.begin(load_base);
+        send = buffer.narrow(0, 0, length * me.world_size);
+        for (int r = 0; r < me.world_size; ++r)
+          read_unit_range(*checkpoint, unit, unit.shard_begin(r) + first, send.narrow(0, r * length, length), progress);
+        unit_fingerprint += static_cast<uint32_t>(fingerprint(send));  // mod 2^32, like the shards' sum
+        send = send.to(model.shard(u).device());
+        load_stage.end(t);
+      }
+      t = send_stage.begin(load_base);
+      at::Tensor piece = model.shard(u).narrow(0, first, length);
+      comm.scatter(send, piece, 0);  // each rank receives only its piece of its shard
+      send_stage.end(t);
+    }
+    expected[u] = unit_fingerprint;
+  }
+  progress.finish();
+}
+
+// The plain path: the whole state dict in every rank's memory, then slices.
+void load_whole(const Config& cfg, const RankInfo& me, const CausalLM& skeleton, ShardedModel& model,
+                StageMeter& load_stage, int64_t load_base, std::vector<int64_t>& expected) {
+  auto t = load_stage.begin(load_base);
+  io::CheckpointReader checkpoint(cfg.model_path);
+  check_hf_weights(skeleton, checkpoint);
+  std::map<std::string, at::Tensor> state;
+  for (const auto& name : checkpoint.names()) state[name] = checkpoint.read(name).to(at::kFloat);
+  for (size_t u = 0; u < model.units().size(); ++u) {
+    const UnitLayout& unit = model.units()[u];
+    at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
+    for (const auto& slot : unit.params) flat.narrow(0, slot.offset, slot.numel).copy_(state.at(slot.name).view(-1));
+    model.shard(u).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
+    expected[u] = fingerprint(flat);
+  }
+  load_stage.end(t);
+}
+
+// The shards of all ranks together are exactly the units that were read.
+void verify_shards(const ShardedModel& model, const std::vector<int64_t>& expected, bool from_rank0,
+                   Communicator& comm) {
+  at::Tensor want = at::tensor(expected, at::kLong);
+  if (from_rank0) comm.broadcast(want, 0);  // only rank 0 saw the data
+  std::vector<int64_t> local;
+  for (size_t u = 0; u < model.units().size(); ++u) local.push_back(fingerprint(model.shard(u)));
+  at::Tensor got = at::tensor(local, at::kLong);
+  comm.all_reduce(got, ReduceOp::Sum);
+  for (size_t u = 0; u < model.units().size(); ++u)
+    if (static_cast<uint32_t>(got[u].item<int64_t>()) != static_cast<uint32_t>(want[u].item<int64_t>()))
+      throw std::runtime_error(cat("verify: the shards of unit '", model.units()[u].name,
+                                   "' do not add up to the unit that was loaded"));
+}
+
+// LoRA adapters: those read (actor.lora_adapter_path), else generated on every rank
+// from the seed like a scratch unit (B = 0: the adapted model starts equal to the
+// loaded one).
+void add_lora_adapters(const Config& cfg, const RankInfo& me, const LoraSpec& lora,
+                       std::vector<UnitLayout> adapter_units, const std::vector<at::Tensor>& adapter_start,
+                       ShardedModel& model) {
+  model.add_adapters(std::move(adapter_units), lora.scale);
+  for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
+    const UnitLayout& unit = model.adapter_units()[layer];
+    const at::Tensor flat = adapter_start.empty() ? seeded_adapter_unit(unit, layer, cfg.seed) : adapter_start[layer];
+    model.adapter_shard(layer).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
+  }
+  if (!adapter_start.empty())
+    log::info(cat("LoRA adapters from ", cfg.actor.lora_adapter_path, " (r = ", cfg.actor.lora_rank,
+                  ", lora_alpha = ", cfg.actor.lora_alpha, ")"));
+}
+
+}  // namespace
+
 InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm) {
   InitResult result;
   const bool from_checkpoint = !cfg.init_from_scratch;
@@ -161,91 +261,20 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
     load_stage.end(t);
     result.source = cat("seed ", cfg.seed);
   } else if (streaming) {
-    std::unique_ptr<io::CheckpointReader> checkpoint;
-    t = load_stage.begin(load_base);
-    if (me.rank == 0) {
-      checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
-      check_hf_weights(*skeleton, *checkpoint);  // every tensor named before any is sent
-    }
-    load_stage.end(t);
-    Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
-                      me.rank == 0);
-    // Rank 0 never assembles a whole unit: piece c of every rank's shard is read from
-    // the file into one send buffer (block r for rank r) and scattered, so rank 0 holds
-    // its shards plus one buffer of at most kScatterChunk elements.
-    at::Tensor buffer;
-    if (me.rank == 0) buffer = at::empty({kScatterChunk}, at::kFloat);
-    for (size_t u = 0; u < model.units().size(); ++u) {
-      const UnitLayout& unit = model.units()[u];
-      const int64_t chunk = scatter_chunk(unit, me.world_size);
-      uint32_t unit_fingerprint = 0;
-      for (int64_t first = 0; first < unit.shard_numel; first += chunk) {
-        const int64_t length = std::min(chunk, unit.shard_numel - first);
-        at::Tensor send;
-        if (me.rank == 0) {
-          t = load_stage.begin(load_base);
-          send = buffer.narrow(0, 0, length * me.world_size);
-          for (int r = 0; r < me.world_size; ++r)
-            read_unit_range(*checkpoint, unit, unit.shard_begin(r) + first, send.narrow(0, r * length, length), progress);
-          unit_fingerprint += static_cast<uint32_t>(fingerprint(send));  // mod 2^32, like the shards' sum
-          send = send.to(model.shard(u).device());
-          load_stage.end(t);
-        }
-        t = send_stage.begin(load_base);
-        at::Tensor piece = model.shard(u).narrow(0, first, length);
-        comm.scatter(send, piece, 0);  // each rank receives only its piece of its shard
-        send_stage.end(t);
-      }
-      expected[u] = unit_fingerprint;
-    }
-    progress.finish();
+    stream_from_rank0(cfg, me, comm, *skeleton, model, load_stage, send_stage, load_base, expected);
     result.source = cat("checkpoint ", cfg.model_path, " (memory-efficient: streamed by rank 0)");
   } else {
-    // The plain path: the whole state dict in every rank's memory, then slices.
-    t = load_stage.begin(load_base);
-    io::CheckpointReader checkpoint(cfg.model_path);
-    check_hf_weights(*skeleton, checkpoint);
-    std::map<std::string, at::Tensor> state;
-    for (const auto& name : checkpoint.names()) state[name] = checkpoint.read(name).to(at::kFloat);
-    for (size_t u = 0; u < model.units().size(); ++u) {
-      const UnitLayout& unit = model.units()[u];
-      at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
-      for (const auto& slot : unit.params) flat.narrow(0, slot.offset, slot.numel).copy_(state.at(slot.name).view(-1));
-      model.shard(u).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
-      expected[u] = fingerprint(flat);
-    }
-    load_stage.end(t);
+    load_whole(cfg, me, *skeleton, model, load_stage, load_base, expected);
     result.source = cat("checkpoint ", cfg.model_path, " (plain: every rank read it whole)");
   }
 
   // 5. verify: the shards of all ranks together are exactly the units that were read.
   StageMeter verify_stage("verify");
   t = verify_stage.begin();
-  at::Tensor want = at::tensor(expected, at::kLong);
-  if (streaming) comm.broadcast(want, 0);  // only rank 0 saw the data
-  std::vector<int64_t> local;
-  for (size_t u = 0; u < model.units().size(); ++u) local.push_back(fingerprint(model.shard(u)));
-  at::Tensor got = at::tensor(local, at::kLong);
-  comm.all_reduce(got, ReduceOp::Sum);
-  for (size_t u = 0; u < model.units().size(); ++u)
-    if (static_cast<uint32_t>(got[u].item<int64_t>()) != static_cast<uint32_t>(want[u].item<int64_t>()))
-      throw std::runtime_error(cat("verify: the shards of unit '", model.units()[u].name,
-                                   "' do not add up to the unit that was loaded"));
+  verify_shards(model, expected, streaming, comm);
   verify_stage.end(t);
 
-  // LoRA adapters: those read above, else generated on every rank from the seed like a
-  // scratch unit (B = 0: the adapted model starts equal to the loaded one).
-  if (cfg.actor.use_lora) {
-    model.add_adapters(std::move(adapter_units), lora.scale);
-    for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {
-      const UnitLayout& unit = model.adapter_units()[layer];
-      const at::Tensor flat = adapter_start.empty() ? seeded_adapter_unit(unit, layer, cfg.seed) : adapter_start[layer];
-      model.adapter_shard(layer).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
-    }
-    if (!adapter_start.empty())
-      log::info(cat("LoRA adapters from ", cfg.actor.lora_adapter_path, " (r = ", cfg.actor.lora_rank,
-                    ", lora_alpha = ", cfg.actor.lora_alpha, ")"));
-  }
+  if (cfg.actor.use_lora) add_lora_adapters(cfg, me, lora, std::move(adapter_units), adapter_start, model);
 
   result.stages = {skeleton_stage.stats, shard_stage.stats, load_stage.stats, send_stage.stats, verify_stage.stats};
   result.seconds = seconds_since(init_start);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "areal/fsdp/policy.h"
 #include "areal/rl/async_queue.h"
@@ -41,171 +42,222 @@ class GroupPlan {
   EpochPlan plan_;
 };
 
-}  // namespace
+// One generation rank's part of its replica: takes versions of the weights, generates
+// the replica's groups while the staleness rule lets them start, scores and posts each
+// finished group (the replica's first rank), and evaluates on replica 0.
+class GenerationReplica {
+ public:
+  GenerationReplica(const Config& cfg, const RlInputs& in, const ModelConfig& model_config, const RankInfo& me,
+                    const Allocation& a, Communicator& generators, Mailbox& mail);
+  void run();
 
-void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& model_config, const RankInfo& me,
-                    const Allocation& a, Communicator& generators, Mailbox& mail) {
-  const int64_t replicas = a.rollout.data, t = a.rollout.tensor, trainers = a.actor.ranks();
-  const int first_trainer = static_cast<int>(a.generation_ranks());
-  const int replica = static_cast<int>(me.rank / t), member = static_cast<int>(me.rank % t);
-  const bool leader = member == 0;
-  std::unique_ptr<Communicator> tp = t > 1 ? generators.split(replica, member) : nullptr;
-  const int source = first_trainer + static_cast<int>(me.rank % trainers);  // the trainer that serves this rank
-
-  const int64_t batch = cfg.train_dataset.batch_size, n_samples = cfg.gconfig.n_samples;
-  const int64_t total_steps = in.schedule.total_steps, total_groups = total_steps * batch;
-  const RolloutConfig& rc = cfg.rollout;
-  const StalenessRule rule{batch, rc.max_head_offpolicyness, rc.queue_size};
-  const int64_t concurrent_all = rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : batch;
-  const int64_t concurrent = std::max<int64_t>(1, (concurrent_all + replicas - 1) / replicas);
-  GroupPlan plan(in.schedule, batch);
-  Rewarder& reward = *in.reward;
-
+ private:
   // A stop signal (Slurm sends it to every process of the step) does not end this rank:
   // it is relayed to the trainers, who stop after their step with a recover checkpoint
   // and then tell the generation ranks to stop (the job exits kExitStopped).
-  install_stop_signal_handlers();
-  bool stop_relayed = false;
-  auto relay_stop = [&] {
-    if (stop_relayed || stop_signal_received() == 0) return;
-    mail.post(source, kTagStop, encode_stop(stop_signal_received()));
-    stop_relayed = true;
-  };
-
-  int64_t version = 0;
-  RolloutModel model = receive_first_weights(mail, source, model_config, tp.get(), dtype_from_name(cfg.actor.dtype),
-                                             at::Device(me.device), version);
-  const int64_t first_version = version;
-  log::info(cat("generation replica ", replica, ": weights of step ", version, " taken; up to ", concurrent,
-                " groups at once, at most ", rule.eta, " versions behind"));
-
-  // Held-out scores: replica 0, at the versions the evaluator asks for.
-  const bool evaluates = replica == 0 && in.valid != nullptr;
-  const EvaluatorConfig& ec = cfg.evaluator;
-  auto eval_due = [&](int64_t v) {
-    return v == total_steps || (v == 0 && first_version == 0) || (ec.freq_steps > 0 && v % ec.freq_steps == 0) ||
-           (ec.freq_epochs > 0 && v % (ec.freq_epochs * in.schedule.steps_per_epoch) == 0);
-  };
-  bool eval_pending = evaluates && eval_due(version);
-  auto evaluate_now = [&] {
-    if (!eval_pending) return;
-    eval_pending = false;
-    sleep_point(cat("async:eval", version));  // tests: a slow evaluation
-    std::vector<size_t> items(in.valid->size());
-    for (size_t i = 0; i < items.size(); ++i) items[i] = i;
-    const std::vector<bool> mine(items.size(), leader);
-    const EvalCounts c = greedy_eval(model, *in.valid, items, mine, in.sampling, *in.tokenizer, reward,
-                                     cfg.valid_dataset.batch_size);
-    if (leader) mail.post(first_trainer, kTagEval, encode_eval({version, c.correct / std::max(1.0, c.scored)}));
-  };
-
+  void relay_stop();
+  bool eval_due(int64_t v) const;
+  void evaluate_now();
   // New weights: the replica's first rank looks, the others follow its answer, so the
   // whole replica takes a version at the same forward step.
-  auto newer_waiting = [&] {
-    bool waiting = leader && weights_waiting(mail, source);
-    if (tp) {
-      at::Tensor flag = at::tensor({waiting ? 1.0 : 0.0}, at::kDouble);
-      tp->broadcast(flag, 0);
-      waiting = flag.item<double>() > 0;
-    }
-    return waiting;
-  };
-  auto take_version = [&] {
-    relay_stop();
-    crash_point(cat("async:version", version + 1));
-    version = receive_weights(mail, source, model);
-    eval_pending = eval_pending || (evaluates && eval_due(version));
-  };
-  const WeightCheck check = [&] {
-    relay_stop();
-    while (newer_waiting()) take_version();
-    mail.progress();
-    return version;
-  };
+  bool newer_waiting();
+  void take_version();
+  bool own(int64_t g) { return plan_.position(g) % replicas_ == replica_; }
+  void skip_others() {
+    while (next_ < total_groups_ && !own(next_)) ++next_;
+  }
+  // The stream of prompts: the replica's groups in order, each as n_samples answers.
+  bool next_prompt(std::vector<int64_t>& prompt, at::Generator& generator);
+  // The answers of a group may start in different refills; the group is scored and
+  // posted when its last answer finishes.
+  void answer_finished(int64_t id, Generated answer);
+  void post_done();
 
-  // The stream of prompts: a replica's groups in order, each as n_samples answers, while
-  // the staleness rule and max_concurrent_rollouts let them start. The answers of a
-  // group may start in different refills; the group is scored and posted when its last
-  // answer finishes.
+  const Config& cfg_;
+  const RlInputs& in_;
+  Mailbox& mail_;
+  const int64_t replicas_, trainers_, batch_, n_samples_, total_steps_, total_groups_, concurrent_;
+  const int first_trainer_, replica_, source_;  // source_: the trainer that serves this rank
+  const bool leader_;
+  const StalenessRule rule_;
+  std::unique_ptr<Communicator> tp_;
+  GroupPlan plan_;
+  int64_t version_ = 0, first_version_ = 0;
+  std::optional<RolloutModel> model_;
+  bool evaluates_ = false, eval_pending_ = false, stop_relayed_ = false;
   struct InFlight {
     std::vector<Generated> answers;
     int64_t finished = 0;
   };
-  std::map<int64_t, InFlight> in_flight;               // by group
-  std::vector<std::pair<int64_t, int64_t>> started;    // answer id (of the current stream) -> (group, sample)
-  int64_t next = first_version * batch, next_sample = 0;  // the next answer to start
-  auto own = [&](int64_t g) { return plan.position(g) % replicas == replica; };
-  auto skip_others = [&] {
-    while (next < total_groups && !own(next)) ++next;
-  };
+  std::map<int64_t, InFlight> in_flight_;             // by group
+  std::vector<std::pair<int64_t, int64_t>> started_;  // answer id (of the current stream) -> (group, sample)
+  int64_t next_ = 0, next_sample_ = 0;                // the next answer to start
+};
+
+GenerationReplica::GenerationReplica(const Config& cfg, const RlInputs& in, const ModelConfig& model_config,
+                                     const RankInfo& me, const Allocation& a, Communicator& generators, Mailbox& mail)
+    : cfg_(cfg),
+      in_(in),
+      mail_(mail),
+      replicas_(a.rollout.data),
+      trainers_(a.actor.ranks()),
+      batch_(cfg.train_dataset.batch_size),
+      n_samples_(cfg.gconfig.n_samples),
+      total_steps_(in.schedule.total_steps),
+      total_groups_(total_steps_ * batch_),
+      concurrent_(std::max<int64_t>(
+          1, ((cfg.rollout.max_concurrent_rollouts > 0 ? cfg.rollout.max_concurrent_rollouts : batch_) + replicas_ - 1) /
+                 replicas_)),
+      first_trainer_(static_cast<int>(a.generation_ranks())),
+      replica_(static_cast<int>(me.rank / a.rollout.tensor)),
+      source_(first_trainer_ + static_cast<int>(me.rank % trainers_)),
+      leader_(me.rank % a.rollout.tensor == 0),
+      rule_{batch_, cfg.rollout.max_head_offpolicyness, cfg.rollout.queue_size},
+      plan_(in.schedule, batch_) {
+  const int64_t t = a.rollout.tensor;
+  if (t > 1) tp_ = generators.split(replica_, static_cast<int>(me.rank % t));
+  install_stop_signal_handlers();
+  model_.emplace(receive_first_weights(mail_, source_, model_config, tp_.get(), dtype_from_name(cfg.actor.dtype),
+                                       at::Device(me.device), version_));
+  first_version_ = version_;
+  next_ = first_version_ * batch_;
+  log::info(cat("generation replica ", replica_, ": weights of step ", version_, " taken; up to ", concurrent_,
+                " groups at once, at most ", rule_.eta, " versions behind"));
+  // Held-out scores: replica 0, at the versions the evaluator asks for.
+  evaluates_ = replica_ == 0 && in.valid != nullptr;
+  eval_pending_ = evaluates_ && eval_due(version_);
+}
+
+void GenerationReplica::relay_stop() {
+  if (stop_relayed_ || stop_signal_received() == 0) return;
+  mail_.post(source_, kTagStop, encode_stop(stop_signal_received()));
+  stop_relayed_ = true;
+}
+
+bool GenerationReplica::eval_due(int64_t v) const {
+  const EvaluatorConfig& ec = cfg_.evaluator;
+  return v == total_steps_ || (v == 0 && first_version_ == 0) || (ec.freq_steps > 0 && v % ec.freq_steps == 0) ||
+         (ec.freq_epochs > 0 && v % (ec.freq_epochs * in_.schedule.steps_per_epoch) == 0);
+}
+
+void GenerationReplica::evaluate_now() {
+  if (!eval_pending_) return;
+  eval_pending_ = false;
+  sleep_point(cat("async:eval", version_));  // tests: a slow evaluation
+  std::vector<size_t> items(in_.valid->size());
+  for (size_t i = 0; i < items.size(); ++i) items[i] = i;
+  const std::vector<bool> mine(items.size(), leader_);
+  const EvalCounts c = greedy_eval(*model_, *in_.valid, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
+                                   cfg_.valid_dataset.batch_size);
+  if (leader_) mail_.post(first_trainer_, kTagEval, encode_eval({version_, c.correct / std::max(1.0, c.scored)}));
+}
+
+bool GenerationReplica::newer_waiting() {
+  bool waiting = leader_ && weights_waiting(mail_, source_);
+  if (tp_) {
+    at::Tensor flag = at::tensor({waiting ? 1.0 : 0.0}, at::kDouble);
+    tp_->broadcast(flag, 0);
+    waiting = flag.item<double>() > 0;
+  }
+  return waiting;
+}
+
+void GenerationReplica::take_version() {
+  relay_stop();
+  crash_point(cat("async:version", version_ + 1));
+  version_ = receive_weights(mail_, source_, *model_);
+  eval_pending_ = eval_pending_ || (evaluates_ && eval_due(version_));
+}
+
+bool GenerationReplica::next_prompt(std::vector<int64_t>& prompt, at::Generator& generator) {
+  if (next_sample_ == 0) {  // a new group: may it start?
+    skip_others();
+    if (next_ >= total_groups_ || eval_pending_ || !rule_.may_start(next_, version_) ||
+        static_cast<int64_t>(in_flight_.size()) >= concurrent_)
+      return false;
+    crash_point(cat("async:group", next_ + 1));
+    in_flight_[next_].answers.resize(static_cast<size_t>(n_samples_));
+  }
+  const size_t index = plan_.prompt(next_);
+  prompt = (*in_.train)[index].ids;
+  generator = answer_generator(cfg_.seed, plan_.step(next_), static_cast<int64_t>(index), next_sample_);
+  started_.emplace_back(next_, next_sample_);
+  if (++next_sample_ == n_samples_) {
+    next_sample_ = 0;
+    ++next_;
+  }
+  return true;
+}
+
+void GenerationReplica::answer_finished(int64_t id, Generated answer) {
+  const auto [g, sample] = started_.at(static_cast<size_t>(id));
+  InFlight& group = in_flight_.at(g);
+  group.answers[static_cast<size_t>(sample)] = std::move(answer);
+  if (++group.finished < n_samples_) return;
+  if (leader_) {
+    FinishedGroup done;
+    done.index = g;
+    done.prompt = static_cast<int64_t>(plan_.prompt(g));
+    done.answers = std::move(group.answers);
+    const Prompt& p = (*in_.train)[static_cast<size_t>(done.prompt)];
+    std::vector<RewardCall> calls;
+    for (const Generated& a : done.answers) calls.push_back({&p.example, in_.tokenizer->decode(a.tokens), p.ids, a.tokens});
+    done.rewards = in_.reward->score(calls, done.reward_failures);
+    mail_.post(first_trainer_ + static_cast<int>(plan_.position(g) % trainers_), kTagGroup, encode_group(done));
+  }
+  in_flight_.erase(g);
+}
+
+void GenerationReplica::post_done() {
+  if (leader_)
+    for (int64_t k = 0; k < trainers_; ++k) mail_.post(first_trainer_ + static_cast<int>(k), kTagGroup, encode_done());
+  mail_.flush();
+}
+
+void GenerationReplica::run() {
   PromptSource feed;
-  feed.next = [&](std::vector<int64_t>& prompt, at::Generator& generator) {
-    if (next_sample == 0) {  // a new group: may it start?
-      skip_others();
-      if (next >= total_groups || eval_pending || !rule.may_start(next, version) ||
-          static_cast<int64_t>(in_flight.size()) >= concurrent)
-        return false;
-      crash_point(cat("async:group", next + 1));
-      in_flight[next].answers.resize(static_cast<size_t>(n_samples));
-    }
-    const size_t index = plan.prompt(next);
-    prompt = (*in.train)[index].ids;
-    generator = answer_generator(cfg.seed, plan.step(next), static_cast<int64_t>(index), next_sample);
-    started.emplace_back(next, next_sample);
-    if (++next_sample == n_samples) {
-      next_sample = 0;
-      ++next;
-    }
-    return true;
-  };
-  feed.finished = [&](int64_t id, Generated answer) {
-    const auto [g, sample] = started.at(static_cast<size_t>(id));
-    InFlight& group = in_flight.at(g);
-    group.answers[static_cast<size_t>(sample)] = std::move(answer);
-    if (++group.finished < n_samples) return;
-    if (leader) {
-      FinishedGroup done;
-      done.index = g;
-      done.prompt = static_cast<int64_t>(plan.prompt(g));
-      done.answers = std::move(group.answers);
-      const Prompt& p = (*in.train)[static_cast<size_t>(done.prompt)];
-      std::vector<RewardCall> calls;
-      for (const Generated& a : done.answers) calls.push_back({&p.example, in.tokenizer->decode(a.tokens), p.ids, a.tokens});
-      done.rewards = reward.score(calls, done.reward_failures);
-      mail.post(first_trainer + static_cast<int>(plan.position(g) % trainers), kTagGroup, encode_group(done));
-    }
-    in_flight.erase(g);
+  feed.next = [this](std::vector<int64_t>& prompt, at::Generator& generator) { return next_prompt(prompt, generator); };
+  feed.finished = [this](int64_t id, Generated answer) { answer_finished(id, std::move(answer)); };
+  const WeightCheck check = [this] {
+    relay_stop();
+    while (newer_waiting()) take_version();
+    mail_.progress();
+    return version_;
   };
   // At most rollout.max_running_requests answers decode at once (else every answer of
   // the groups in flight), with room for the longest prompt of the data.
-  const int64_t longest = longest_prompt(*in.train);
-  const int64_t max_rows = rc.max_running_requests > 0 ? rc.max_running_requests : concurrent * n_samples;
+  const int64_t longest = longest_prompt(*in_.train);
+  const int64_t max_rows =
+      cfg_.rollout.max_running_requests > 0 ? cfg_.rollout.max_running_requests : concurrent_ * n_samples_;
   try {
     evaluate_now();
     for (;;) {
       // Runs until the source has nothing to start and every answer finished: the
       // staleness rule holds the next group back, an evaluation is due, or all are out.
-      started.clear();  // answer ids count from 0 in each stream; none is in flight now
-      generate_stream(model, in.sampling, longest, max_rows, feed, check);
+      started_.clear();  // answer ids count from 0 in each stream; none is in flight now
+      generate_stream(*model_, in_.sampling, longest, max_rows, feed, check);
       evaluate_now();
       skip_others();
-      if (next >= total_groups) break;
-      if (!rule.may_start(next, version)) take_version();  // the next version frees it
+      if (next_ >= total_groups_) break;
+      if (!rule_.may_start(next_, version_)) take_version();  // the next version frees it
     }
     // Every group is out; the trainers still send a version after each step.
-    while (version < total_steps) {
+    while (version_ < total_steps_) {
       take_version();
       evaluate_now();
     }
   } catch (const StopRequested&) {
-    if (leader)
-      for (int k = 0; k < trainers; ++k) mail.post(first_trainer + k, kTagGroup, encode_done());
-    mail.flush();
+    post_done();
     throw;
   }
-  if (leader)
-    for (int k = 0; k < trainers; ++k) mail.post(first_trainer + k, kTagGroup, encode_done());
-  mail.flush();
+  post_done();
+}
+
+}  // namespace
+
+void run_generation(const Config& cfg, const RlInputs& in, const ModelConfig& model_config, const RankInfo& me,
+                    const Allocation& a, Communicator& generators, Mailbox& mail) {
+  GenerationReplica(cfg, in, model_config, me, a, generators, mail).run();
 }
 
 }  // namespace areal

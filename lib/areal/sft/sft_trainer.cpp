@@ -75,29 +75,91 @@ double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_
   return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
 }
 
+// One optimizer step on the batch's sequences: the token-level mean loss over the
+// global batch (every rank divides by the global count of target tokens; the engine's
+// average over ranks is undone by the factor world_size). Micro-batches
+// (actor.mb_spec) accumulate their gradients. Collective.
+struct SftStep {
+  double loss = 0, tokens = 0, lr = 0;
+  StepResult result;
+};
+SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<size_t>& batch, int64_t step,
+                   const RankInfo& me, Communicator& comm, Policy& policy, ShardedAdamW& optimizer) {
+  auto [rows, weights] = rank_rows(*in.train, batch, me.rank, me.world_size, in.tokenizer->pad_id());
+  at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
+  comm.all_reduce(tokens_all, ReduceOp::Sum);
+  SftStep out;
+  out.tokens = tokens_all.item<double>();
+  optimizer.zero_grad();
+  at::Tensor loss_sum = at::zeros({1}, at::kDouble);
+  for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
+                                            at::Device(me.device))) {
+    at::Tensor local_sum = weighted_loss_sum(mb, policy, weights);
+    (local_sum * (static_cast<double>(me.world_size) / out.tokens)).backward();
+    loss_sum += local_sum.detach().to(at::kDouble).cpu();
+  }
+  comm.all_reduce(loss_sum, ReduceOp::Sum);
+  out.loss = loss_sum.item<double>() / out.tokens;
+  out.lr = learning_rate(cfg.optimizer, step, in.schedule.total_steps);
+  out.result = optimizer.step(out.lr);
+  return out;
+}
+
+// The step's line on rank 0 (about 50 lines for a long run: the first, the last, every
+// total/50-th and any skipped update) and its row of stats.jsonl.
+void report_step(const SftStep& s, int64_t step, int64_t total_steps, int64_t epoch, size_t rows, double seconds,
+                 int64_t prefetched, std::ofstream& stats) {
+  if (s.result.skipped) log::warn(cat("step ", step + 1, ": gradient norm is not finite; the update was skipped"));
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  tokens/s %.0f  peak_mem %s",
+                static_cast<long long>(step + 1), static_cast<long long>(total_steps), s.loss, s.result.grad_norm,
+                s.lr, s.tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
+  const int64_t every = std::max<int64_t>(1, total_steps / 50);
+  if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || s.result.skipped) log::info(line);
+  if (!stats.is_open()) return;
+  stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", rows}, {"loss", s.loss},
+                          {"grad_norm", s.result.grad_norm}, {"lr", s.lr}, {"tokens", s.tokens},
+                          {"seconds", seconds}, {"skipped", s.result.skipped}, {"peak_rss_bytes", peak_rss_bytes()},
+                          {"prefetched_gathers", prefetched}}
+               .dump()
+        << "\n";
+  stats.flush();
+}
+
+// Every rank's peak growth over `rss_at_start` and its peak, for benchmarks:
+// <run dir>/train_memory.json. Collective.
+void write_train_memory(const Config& cfg, const RankInfo& me, Communicator& comm, int64_t rss_at_start) {
+  at::Tensor memory = at::zeros({2, me.world_size}, at::kDouble);
+  memory[0][me.rank] = static_cast<double>(peak_rss_bytes() - rss_at_start);
+  memory[1][me.rank] = static_cast<double>(peak_rss_bytes());
+  comm.all_reduce(memory, ReduceOp::Sum);
+  if (me.rank != 0) return;
+  nlohmann::json figures = {{"peak_growth_bytes", std::vector<double>()}, {"peak_rss_bytes", std::vector<double>()}};
+  for (int r = 0; r < me.world_size; ++r) {
+    figures["peak_growth_bytes"].push_back(memory[0][r].item<double>());
+    figures["peak_rss_bytes"].push_back(memory[1][r].item<double>());
+  }
+  write_run_file(cfg, "train_memory.json", figures.dump(1) + "\n");
+}
+
 }  // namespace
 
 SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& me, Communicator& comm,
                    Policy& policy) {
-  const TextDataset& data = *inputs.train;
   const TrainingSchedule& schedule = inputs.schedule;
   const int64_t total_steps = schedule.total_steps;
-  log::info(cat("sft: ", data.size(), " sequences, ", schedule.steps_per_epoch, " steps per epoch, ", total_steps,
-                " steps"));
-
-  const at::Device device(me.device);
+  log::info(cat("sft: ", inputs.train->size(), " sequences, ", schedule.steps_per_epoch, " steps per epoch, ",
+                total_steps, " steps"));
   ShardedAdamW optimizer(policy.trainable(), cfg.optimizer, comm);
   // Host memory of the training phase alone: its growth over the RSS at its start.
   const int64_t rss_at_start = current_rss_bytes();
   reset_peak_rss();
-
   // Recover: continue after the last recover checkpoint's step (recover.mode auto).
   RunRecovery recovery(cfg, "sft", schedule.steps_per_epoch, comm, policy, optimizer);
   std::optional<RecoverPoint> resumed = recovery.resume();
   SftSummary summary;
   int64_t step = resumed ? resumed->steps_done : 0;
   if (resumed) summary.first_loss = resumed->figures["first_loss"];
-
   std::ofstream stats;
   if (me.rank == 0) stats = open_run_log(cfg, "stats.jsonl", resumed ? step : -1);
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
@@ -109,70 +171,29 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     const double loss = evaluation_loss(*valid, cfg.valid_dataset.batch_size, cfg.actor.mb_spec.max_tokens_per_mb,
                                         inputs.tokenizer->pad_id(), me, comm, policy);
     log::info(cat("eval (", when, "): loss ", format_fixed(loss, 4), " on ", valid->size(), " held-out sequences"));
-    if (me.rank == 0) {
-      stats << nlohmann::json{{"step", steps_done}, {"eval_loss", loss}}.dump() << "\n";
-      stats.flush();
-    }
+    if (stats.is_open()) stats << nlohmann::json{{"step", steps_done}, {"eval_loss", loss}}.dump() << "\n" << std::flush;
     return loss;
   };
   if (valid && resumed) summary.eval_loss_before = resumed->figures["eval_loss_before"];
   if (valid && !resumed) summary.eval_loss_before = run_eval(0, "before training");
   EpochPlan plan;
   for (; step < total_steps; ++step) {
-    // Every epoch has steps_per_epoch batches, so the step alone says where the run is.
-    const int64_t epoch = step / schedule.steps_per_epoch;
     const size_t b = static_cast<size_t>(step % schedule.steps_per_epoch);
-    if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, epoch);
-    auto start = std::chrono::steady_clock::now();
+    if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, step / schedule.steps_per_epoch);
+    const auto start = std::chrono::steady_clock::now();
     const int64_t prefetched_before = policy.prefetched_gathers();
     comm.set_activity(cat("sft step ", step + 1));
     fault_points(cat("sft:step", step + 1), me.rank);
-    const std::vector<size_t>& batch = plan.batches[b];
-    auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, inputs.tokenizer->pad_id());
-
-    // Token-level mean over the global batch: every rank divides by the global count
-    // of target tokens, and the engine's average over ranks is undone by the factor
-    // world_size. Micro-batches (actor.mb_spec) accumulate their gradients.
-    at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
-    comm.all_reduce(tokens_all, ReduceOp::Sum);
-    const double tokens = tokens_all.item<double>();
-    optimizer.zero_grad();
-    at::Tensor loss_sum = at::zeros({1}, at::kDouble);
-    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
-                                              device)) {
-      at::Tensor local_sum = weighted_loss_sum(mb, policy, weights);
-      (local_sum * (static_cast<double>(me.world_size) / tokens)).backward();
-      loss_sum += local_sum.detach().to(at::kDouble).cpu();
-    }
-    comm.all_reduce(loss_sum, ReduceOp::Sum);
-    const double loss = loss_sum.item<double>() / tokens;
-    const double lr = learning_rate(cfg.optimizer, step, total_steps);
-    StepResult result = optimizer.step(lr);
-
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (step == 0) summary.first_loss = loss;
-    summary.last_loss = loss;
-    if (result.skipped) log::warn(cat("step ", step + 1, ": gradient norm is not finite; the update was skipped"));
-    char line[256];
-    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  tokens/s %.0f  peak_mem %s",
-                  static_cast<long long>(step + 1), static_cast<long long>(total_steps), loss, result.grad_norm, lr,
-                  tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
-    // Every step goes to stats.jsonl; the log shows about 50 lines of a long run.
-    const int64_t every = std::max<int64_t>(1, total_steps / 50);
-    if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || result.skipped) log::info(line);
-    if (me.rank == 0) {
-      stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", batch.size()}, {"loss", loss}, {"grad_norm", result.grad_norm},
-                              {"lr", lr}, {"tokens", tokens}, {"seconds", seconds}, {"skipped", result.skipped},
-                              {"peak_rss_bytes", peak_rss_bytes()},
-                              {"prefetched_gathers", policy.prefetched_gathers() - prefetched_before}}
-                   .dump()
-            << "\n";
-      stats.flush();
-    }
+    const SftStep s = train_step(cfg, inputs, plan.batches[b], step, me, comm, policy, optimizer);
+    if (step == 0) summary.first_loss = s.loss;
+    summary.last_loss = s.loss;
+    report_step(s, step, total_steps, step / schedule.steps_per_epoch, plan.batches[b].size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                policy.prefetched_gathers() - prefetched_before, stats);
     const bool last = step + 1 == total_steps;
+    const EvaluatorConfig& e = cfg.evaluator;
     if (valid && !last &&
-        periodic_due(step + 1, schedule.steps_per_epoch, cfg.evaluator.freq_steps, cfg.evaluator.freq_epochs,
-                     cfg.evaluator.freq_secs, last_eval, comm))
+        periodic_due(step + 1, schedule.steps_per_epoch, e.freq_steps, e.freq_epochs, e.freq_secs, last_eval, comm))
       run_eval(step + 1, cat("step ", step + 1));
     saver.after_step(step + 1, last, policy);
     std::map<std::string, double> figures = {{"first_loss", summary.first_loss}};
@@ -181,20 +202,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   }
   summary.steps = step;
   if (valid) summary.eval_loss_after = run_eval(step, "after training");
-  {  // every rank's peak growth and peak, for benchmarks: <run dir>/train_memory.json
-    at::Tensor memory = at::zeros({2, me.world_size}, at::kDouble);
-    memory[0][me.rank] = static_cast<double>(peak_rss_bytes() - rss_at_start);
-    memory[1][me.rank] = static_cast<double>(peak_rss_bytes());
-    comm.all_reduce(memory, ReduceOp::Sum);
-    if (me.rank == 0) {
-      nlohmann::json figures = {{"peak_growth_bytes", std::vector<double>()}, {"peak_rss_bytes", std::vector<double>()}};
-      for (int r = 0; r < me.world_size; ++r) {
-        figures["peak_growth_bytes"].push_back(memory[0][r].item<double>());
-        figures["peak_rss_bytes"].push_back(memory[1][r].item<double>());
-      }
-      write_run_file(cfg, "train_memory.json", figures.dump(1) + "\n");
-    }
-  }
+  write_train_memory(cfg, me, comm, rss_at_start);
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   policy.save(summary.checkpoint);
   log::info(cat("sft: ", step, " steps, loss ", summary.first_loss, " -> ", summary.last_loss,

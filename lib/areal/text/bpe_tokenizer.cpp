@@ -87,16 +87,26 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std::make_unique<Regexes>()) {
   const json doc = json::parse(read_text(path), nullptr, false);
-  auto fail = [&](const std::string& what) { return ConfigError(cat(path, ": ", what)); };
-  if (doc.is_discarded() || !doc.is_object()) throw fail("not a JSON object");
-  if (!doc.contains("model") || !doc["model"].is_object()) throw fail("no \"model\" section");
+  if (doc.is_discarded() || !doc.is_object()) throw failure("not a JSON object");
+  if (!doc.contains("model") || !doc["model"].is_object()) throw failure("no \"model\" section");
+  read_model(doc);
+  read_normalizer(doc);
+  read_pre_tokenizer(doc);
+  read_prompt_prefix(doc);
+  read_special_tokens();
+}
+
+ConfigError BpeTokenizer::failure(const std::string& what) const { return ConfigError(cat(path_, ": ", what)); }
+
+// The BPE model: vocabulary, merges, added tokens.
+void BpeTokenizer::read_model(const json& doc) {
   const json& model = doc["model"];
   const std::string type = model.value("type", "");
   if (type != "BPE")
-    throw fail(cat("tokenizer model type '", type, "' is not supported (only byte-level BPE: GPT-2, Qwen2, LLaMA 3)"));
-  if (model.value("byte_fallback", false)) throw fail("BPE with byte_fallback (SentencePiece style) is not supported");
+    throw failure(cat("tokenizer model type '", type, "' is not supported (only byte-level BPE: GPT-2, Qwen2, LLaMA 3)"));
+  if (model.value("byte_fallback", false)) throw failure("BPE with byte_fallback (SentencePiece style) is not supported");
   if (!model["continuing_subword_prefix"].is_null() && !model.value("continuing_subword_prefix", std::string()).empty())
-    throw fail("BPE with a continuing_subword_prefix is not supported");
+    throw failure("BPE with a continuing_subword_prefix is not supported");
   ignore_merges_ = model.value("ignore_merges", false);
 
   // Vocabulary, merges, added tokens.
@@ -111,7 +121,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
     if (merge.is_string()) {  // "a b" (older files)
       const std::string text = merge.get<std::string>();
       const size_t space = text.find(' ', 1);
-      if (space == std::string::npos) throw fail(cat("malformed merge '", text, "'"));
+      if (space == std::string::npos) throw failure(cat("malformed merge '", text, "'"));
       pair = {text.substr(0, space), text.substr(space + 1)};
     } else {  // ["a", "b"]
       pair = {merge.at(0).get<std::string>(), merge.at(1).get<std::string>()};
@@ -136,21 +146,26 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
   for (const auto& [content, id] : added_) id_to_token_[id] = content;
   for (const auto& [id, special] : added_ids) is_special_[id] = special;
 
-  // Normalizer.
+}
+
+void BpeTokenizer::read_normalizer(const json& doc) {
   const json& normalizer = doc.value("normalizer", json());
   if (!normalizer.is_null()) {
     if (normalizer.value("type", "") != "NFC")
-      throw fail(cat("normalizer '", normalizer.value("type", "?"), "' is not supported (none or NFC)"));
+      throw failure(cat("normalizer '", normalizer.value("type", "?"), "' is not supported (none or NFC)"));
     nfc_ = true;
   }
 
-  // Pre-tokenizer: [Split(regex, Isolated)...] then ByteLevel.
+}
+
+// [Split(regex, Isolated)...] then ByteLevel, and the ByteLevel decoder.
+void BpeTokenizer::read_pre_tokenizer(const json& doc) {
   auto compile = [&](const std::string& pattern) {
     UErrorCode status = U_ZERO_ERROR;
     UParseError where;
     std::unique_ptr<icu::RegexPattern> re(
         icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(widen_whitespace(pattern)), 0, where, status));
-    if (U_FAILURE(status)) throw fail(cat("the pre-tokenizer regex does not compile (", u_errorName(status), ")"));
+    if (U_FAILURE(status)) throw failure(cat("the pre-tokenizer regex does not compile (", u_errorName(status), ")"));
     regexes_->splits.push_back(std::move(re));
   };
   std::vector<json> steps;
@@ -162,24 +177,27 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
     const std::string kind = step.value("type", "");
     if (kind == "Split") {
       if (step.value("behavior", "") != "Isolated" || step.value("invert", false))
-        throw fail(cat("Split pre-tokenizer with behavior '", step.value("behavior", "?"),
+        throw failure(cat("Split pre-tokenizer with behavior '", step.value("behavior", "?"),
                        "' is not supported (Isolated, not inverted)"));
-      if (!step.at("pattern").contains("Regex")) throw fail("Split pre-tokenizer with a plain string pattern");
+      if (!step.at("pattern").contains("Regex")) throw failure("Split pre-tokenizer with a plain string pattern");
       compile(step["pattern"]["Regex"].get<std::string>());
     } else if (kind == "ByteLevel") {
       byte_level = true;
       add_prefix_space_ = step.value("add_prefix_space", false);
       if (step.value("use_regex", true)) compile(kGpt2Regex);
     } else {
-      throw fail(cat("pre-tokenizer '", kind, "' is not supported (Split, ByteLevel)"));
+      throw failure(cat("pre-tokenizer '", kind, "' is not supported (Split, ByteLevel)"));
     }
   }
-  if (!byte_level) throw fail("not a byte-level tokenizer (no ByteLevel pre-tokenizer)");
+  if (!byte_level) throw failure("not a byte-level tokenizer (no ByteLevel pre-tokenizer)");
   const json& decoder = doc.value("decoder", json());
   if (decoder.is_object() && decoder.value("type", "") != "ByteLevel")
-    throw fail(cat("decoder '", decoder.value("type", "?"), "' is not supported (ByteLevel)"));
+    throw failure(cat("decoder '", decoder.value("type", "?"), "' is not supported (ByteLevel)"));
 
-  // What a plain prompt starts with: the special tokens before $A in the post-processor's template.
+}
+
+// What a plain prompt starts with: the special tokens before $A in the post-processor's template.
+void BpeTokenizer::read_prompt_prefix(const json& doc) {
   std::vector<json> processors;
   const json& post = doc.value("post_processor", json());
   if (post.is_object() && post.value("type", "") == "Sequence") processors = post.at("processors").get<std::vector<json>>();
@@ -192,9 +210,12 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
         if (id) prefix_.push_back(*id);
       }
 
-  // EOS and PAD.
+}
+
+// EOS and PAD: tokenizer_config.json's, else the usual names.
+void BpeTokenizer::read_special_tokens() {
   std::string eos, pad;
-  const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  const auto config_path = std::filesystem::path(path_).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
     const json config = json::parse(read_text(config_path.string()), nullptr, false);
     if (config.is_object()) {
@@ -209,7 +230,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
         break;
       }
   if (eos.empty() || !token_id(eos))
-    throw fail(cat("no end-of-sequence token found (", eos.empty() ? "no eos_token in tokenizer_config.json"
+    throw failure(cat("no end-of-sequence token found (", eos.empty() ? "no eos_token in tokenizer_config.json"
                                                                     : "'" + eos + "' is not in the vocabulary", ")"));
   eos_id_ = *token_id(eos);
   pad_id_ = !pad.empty() && token_id(pad) ? *token_id(pad) : eos_id_;

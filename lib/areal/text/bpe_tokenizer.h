@@ -11,6 +11,8 @@
 // behaviours) is refused by name when the file is loaded.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "areal/text/tokenizer.h"
+#include "areal/util/error.h"
 
 namespace areal {
 
@@ -38,6 +41,14 @@ class BpeTokenizer : public Tokenizer {
   std::optional<int64_t> token_id(const std::string& token) const override;
 
  private:
+  // The constructor's parts, each reading one section of tokenizer.json.
+  void read_model(const nlohmann::json& doc);
+  void read_normalizer(const nlohmann::json& doc);
+  void read_pre_tokenizer(const nlohmann::json& doc);
+  void read_prompt_prefix(const nlohmann::json& doc);
+  void read_special_tokens();
+  // A ConfigError naming the file.
+  ConfigError failure(const std::string& what) const;
   struct Regexes;  // compiled ICU patterns (bpe_tokenizer.cpp)
 
   void encode_ordinary(const std::string& text, std::vector<int64_t>& out) const;
