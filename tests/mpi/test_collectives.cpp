@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "areal/dist/mpi_check.h"
 #include "mpi_fixture.h"
 
 using namespace areal;
@@ -97,6 +98,16 @@ TEST_CASE("bootstrap agrees with the launcher", "[mpi][bootstrap]") {
   CHECK((g_me.device == "cpu" || g_me.device == "cuda:" + std::to_string(g_me.local_rank)));
   CHECK(g_comm->has_nccl() == (g_me.device != "cpu"));
   CHECK(g_comm->world_size() == g_me.world_size);
+}
+
+TEST_CASE("a failed MPI call names the call, its file and line, and MPI's words", "[mpi][bootstrap]") {
+  // Issue 26: the check reported the call alone; a failure deep in the mailbox or a
+  // backend was hard to place.
+  const int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(AREAL_MPI_CHECK(MPI_Barrier(MPI_COMM_NULL)),
+                    Catch::Matchers::Contains("MPI_Barrier(MPI_COMM_NULL) failed at test_collectives.cpp:" +
+                                              std::to_string(line) + ": ") &&
+                        Catch::Matchers::Contains("communicator"));
 }
 
 TEST_CASE("broadcast from every root, any size", "[mpi][collectives]") {

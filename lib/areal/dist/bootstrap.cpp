@@ -50,13 +50,13 @@ class AgreedConfigError : public ConfigError {
 // can print it once.
 void raise_on_every_rank(const std::string& problem, int rank, int world_size) {
   int first_failing = problem.empty() ? world_size : rank;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  AREAL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first_failing == world_size) return;
   int length = static_cast<int>(problem.size());
-  check_mpi(MPI_Bcast(&length, 1, MPI_INT, first_failing, MPI_COMM_WORLD), "MPI_Bcast");
+  AREAL_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first_failing, MPI_COMM_WORLD));
   std::string message = problem;
   message.resize(length);
-  check_mpi(MPI_Bcast(message.data(), length, MPI_CHAR, first_failing, MPI_COMM_WORLD), "MPI_Bcast");
+  AREAL_MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first_failing, MPI_COMM_WORLD));
   throw AgreedConfigError(first_failing == 0 ? message : cat("rank ", first_failing, ": ", message));
 }
 
@@ -67,19 +67,18 @@ RankInfo bootstrap(const Config& cfg) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    AREAL_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
   }
   // Errors come back as codes so that we report them with context, then abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 
   RankInfo info;
-  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size), "MPI_Comm_size");
+  AREAL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &info.rank));
+  AREAL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &info.world_size));
 
   // Ranks that share memory are on one host: that gives the local rank.
   MPI_Comm local;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
+  AREAL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &info.local_rank);
   MPI_Comm_size(local, &info.local_world_size);
   MPI_Comm_free(&local);
@@ -118,7 +117,7 @@ std::string placement_table(const RankInfo& me, const std::string& role) {
                          me.local_world_size, ", device ", me.device, role.empty() ? "" : ", " + role);
   text.copy(line, kLine - 1);
   std::vector<char> all(me.rank == 0 ? static_cast<size_t>(kLine) * me.world_size : 0);
-  check_mpi(MPI_Gather(line, kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Gather");
+  AREAL_MPI_CHECK(MPI_Gather(line, kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD));
   std::string table;
   for (int r = 0; r < (me.rank == 0 ? me.world_size : 0); ++r) table += cat("\n  ", all.data() + r * kLine);
   return table;

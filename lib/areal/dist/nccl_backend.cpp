@@ -27,12 +27,15 @@
 namespace areal {
 namespace {
 
-void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm) {
+// Like AREAL_MPI_CHECK (mpi_check.h): the call, file:line and NCCL's own words.
+void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm, const char* file, int line) {
   if (result == ncclSuccess) return;
   std::string detail = comm ? ncclGetLastError(comm) : "";
-  throw std::runtime_error(cat(call, " failed: ", ncclGetErrorString(result), detail.empty() ? "" : ": ", detail));
+  throw std::runtime_error(cat(call, " failed at ", file, ":", line, ": ", ncclGetErrorString(result),
+                               detail.empty() ? "" : ": ", detail));
 }
-#define AREAL_NCCL_CHECK(call) check_nccl((call), #call, comm_)
+#define AREAL_NCCL_CHECK_ON(call, comm) check_nccl((call), #call, (comm), __FILE_NAME__, __LINE__)
+#define AREAL_NCCL_CHECK(call) AREAL_NCCL_CHECK_ON(call, comm_)
 
 ncclDataType_t nccl_type(at::ScalarType t) {
   switch (t) {
@@ -65,9 +68,9 @@ class NcclBackend final : public CommBackend {
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index())) {
     c10::cuda::CUDAGuard guard(device_);
     ncclUniqueId id;
-    if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+    if (rank == 0) AREAL_NCCL_CHECK_ON(ncclGetUniqueId(&id), nullptr);
     AREAL_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
-    check_nccl(ncclCommInitRank(&comm_, world_size, id, rank), "ncclCommInitRank", nullptr);
+    AREAL_NCCL_CHECK_ON(ncclCommInitRank(&comm_, world_size, id, rank), nullptr);
     register_abort_hook(this, [this] { ncclCommAbort(comm_); });
   }
 
@@ -144,9 +147,9 @@ class NcclBackend final : public CommBackend {
   std::unique_ptr<CommBackend> split(int color, int key) override {
     c10::cuda::CUDAGuard guard(device_);
     ncclComm_t group = nullptr;
-    check_nccl(ncclCommSplit(comm_, color, key, &group, nullptr), "ncclCommSplit", nullptr);
+    AREAL_NCCL_CHECK_ON(ncclCommSplit(comm_, color, key, &group, nullptr), nullptr);
     int group_rank = 0;
-    check_nccl(ncclCommUserRank(group, &group_rank), "ncclCommUserRank", nullptr);
+    AREAL_NCCL_CHECK_ON(ncclCommUserRank(group, &group_rank), nullptr);
     return std::make_unique<NcclBackend>(group, group_rank, *this);
   }
 

@@ -10,6 +10,7 @@
 #include "areal/fsdp/lora.h"
 #include "areal/fsdp/unit_weights.h"
 #include "areal/io/checkpoint.h"
+#include "areal/io/hf_model_dir.h"
 
 namespace areal {
 
@@ -87,10 +88,8 @@ void save_trained_model(const Config& cfg, const ShardedModel& model, Communicat
   if (model.has_adapters()) adapters = gather_lora_adapters(model, comm);
   auto extra_files = [&](const std::string& temp_dir) {
     if (model.has_adapters()) write_lora_adapters(adapters, cfg.actor, temp_dir);
-    if (cfg.model_path.empty() || !fs::is_directory(cfg.model_path)) return;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "generation_config.json", "vocab.json", "merges.txt"})
-      if (fs::exists(fs::path(cfg.model_path) / name)) fs::copy_file(fs::path(cfg.model_path) / name, fs::path(temp_dir) / name);
+    for (const std::string& file : io::HfModelDir(cfg.model_path).tokenizer_files())
+      fs::copy_file(file, fs::path(temp_dir) / fs::path(file).filename());
   };
   save_sharded_checkpoint(model, comm, dir, at::kFloat, uint64_t{5} << 30, /*merge_adapters=*/false, extra_files);
   if (model.has_adapters() && cfg.saver.merge_lora)

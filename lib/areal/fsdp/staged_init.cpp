@@ -10,6 +10,7 @@
 
 #include "areal/fsdp/lora.h"
 #include "areal/io/checkpoint.h"
+#include "areal/io/hf_model_dir.h"
 #include "areal/model/builtin_model.h"
 #include "areal/model/hf_weights.h"
 #include "areal/util/log.h"
@@ -56,11 +57,6 @@ int64_t fingerprint(const at::Tensor& float32_values) {
   return static_cast<int64_t>(static_cast<uint32_t>(sum));
 }
 
-std::string config_path_of(const std::string& model_path) {
-  namespace fs = std::filesystem;
-  return fs::is_directory(model_path) ? (fs::path(model_path) / "config.json").string()
-                                      : (fs::path(model_path).parent_path() / "config.json").string();
-}
 
 // Every rank generates each whole unit from the seed and keeps its slice.
 void init_from_seed(ShardedModel& model, int64_t seed, std::vector<int64_t>& expected) {
@@ -111,7 +107,7 @@ at::Tensor seeded_unit(const UnitLayout& unit, size_t unit_index, int64_t seed) 
 
 ModelConfig init_model_config(const Config& cfg) {
   return cfg.model_path.empty() ? ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model")
-                                : ModelConfig::from_file(config_path_of(cfg.model_path));
+                                : ModelConfig::from_file(io::HfModelDir(cfg.model_path).config_json());
 }
 
 namespace {

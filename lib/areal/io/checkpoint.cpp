@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "areal/io/atomic_dir.h"
+#include "areal/io/hf_model_dir.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
@@ -17,8 +18,8 @@ namespace fs = std::filesystem;
 namespace areal::io {
 namespace {
 
-constexpr const char* kSingleFile = "model.safetensors";
-constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr const char* kSingleFile = HfModelDir::kSingleWeightsFile;
+constexpr const char* kIndexFile = HfModelDir::kWeightsIndexFile;
 
 std::string read_text(const fs::path& path) {
   std::ifstream file(path);
@@ -42,7 +43,7 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 void write_files(const fs::path& temp_dir, const std::string& config_json, const std::vector<TensorSpec>& specs,
                  const std::vector<std::vector<size_t>>& shards, uint64_t total,
                  const std::function<at::Tensor(const TensorSpec&)>& tensor_for) {
-  write_text_atomically(temp_dir / "config.json", config_json);
+  write_text_atomically(temp_dir / HfModelDir::kConfigFile, config_json);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
@@ -74,14 +75,14 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     return files_.size() - 1;
   };
 
-  if (!fs::is_directory(path)) {  // a single .safetensors file; config.json beside it
+  const HfModelDir model(path);
+  config_path_ = model.config_json();
+  if (model.names_a_file()) {  // a single .safetensors file; config.json beside it
     size_t i = add_file(path);
     for (const auto& t : files_[i]->tensors()) where_[t.name] = i;
-    config_path_ = (fs::path(path).parent_path() / "config.json").string();
     return;
   }
 
-  config_path_ = (fs::path(path) / "config.json").string();
   if (!fs::exists(config_path_)) throw CheckpointError(cat(path, ": no config.json in the checkpoint directory"));
 
   const fs::path index_path = fs::path(path) / kIndexFile;

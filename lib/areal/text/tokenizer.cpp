@@ -5,6 +5,7 @@
 #include "areal/text/bpe_tokenizer.h"
 #include "areal/text/byte_tokenizer.h"
 #include "areal/util/error.h"
+#include "areal/io/hf_model_dir.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -14,10 +15,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::st
   if (path == "byte") return std::make_unique<ByteTokenizer>();
   std::string file = path;
   if (file.empty()) {
-    if (model_dir.empty() || !fs::exists(fs::path(model_dir) / "tokenizer.json")) return std::make_unique<ByteTokenizer>();
-    file = (fs::path(model_dir) / "tokenizer.json").string();
+    const io::HfModelDir model(model_dir);
+    if (!model.has_tokenizer()) return std::make_unique<ByteTokenizer>();
+    file = model.tokenizer_json();
   } else if (fs::is_directory(file)) {
-    file = (fs::path(file) / "tokenizer.json").string();
+    file = io::HfModelDir(file).tokenizer_json();
   }
   if (!fs::exists(file)) throw ConfigError(cat("option 'tokenizer_path': '", file, "' does not exist"));
   return std::make_unique<BpeTokenizer>(file);
