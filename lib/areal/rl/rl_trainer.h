@@ -1,21 +1,15 @@
-// The RL loop (`--job rl`), one step:
-//   rollout    every rank gathers the policy and samples gconfig.n_samples answers for
-//              its share of the step's prompts (generation.h)
-//   reward     the configured reward function against each prompt's reference
-//   advantage  scores, optional KL penalty to the reference, GAE, group normalization
-//              (advantages.h)
-//   update     actor.ppo_n_minibatches PPO minibatch steps on the sharded engine, the
-//              loss averaged over the minibatch's answer tokens of all ranks (ppo_loss.h)
-//   stats      one line on rank 0, stats.jsonl, TensorBoard (stats_logger.h)
-// plus greedy evaluation on valid_dataset before the first step, every
-// evaluator.freq_steps and after the last, and a Hugging Face checkpoint at the end
-// (and every saver.freq_steps).
-//
-// With separate generation ranks (asynchronous RL, async_rl.h) the trainers run the
-// same loop, but the rollout comes from the queue (async_queue.h: groups generated and
-// scored on the generation ranks, with the weight version of every token), the new
-// weights go to the generation ranks after every step (weight_sync.h), and the
-// held-out scores come from generation replica 0.
+// The RL loop (`--job rl`): one step is its stages (docs/architecture.md):
+//   rollout     this rank's answers to its share of the step's prompts, scored, with
+//               DAPO's refill (rollout_source.h: colocated_rollout.h generates them,
+//               async_rollout.h takes them from the generation ranks' queue)
+//   advantages  scores, DAPO's filter, recomputed log-probs, KL to the reference,
+//               normalized advantages (ppo_update.h, advantages.h)
+//   update      actor.ppo_n_minibatches PPO minibatch steps on the sharded engine, each
+//               loss over the minibatch's answer tokens of all ranks (ppo_update.h)
+//   report      named statistics over all ranks: one line on rank 0, stats.jsonl,
+//               TensorBoard (step_report.h)
+//   then the held-out evaluation when due, periodic saves and the recover checkpoint,
+// and a Hugging Face checkpoint at the end.
 #pragma once
 
 #include <string>
