@@ -22,7 +22,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 const std::string kFixtures = source_path("tests/fixtures/models");
-const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3", "llama", "llama_mha_bias"};
+const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",       "llama",
+                                          "llama_mha_bias", "llama31", "qwen2_linear", "qwen2_yarn"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
@@ -65,9 +66,29 @@ TEST_CASE("model: logits match transformers for Qwen2, Qwen3 and LLaMA", "[model
   }
 }
 
+TEST_CASE("model: rope scaling written with the older rope_scaling/type keys gives the same logits", "[model][parity]") {
+  // transformers before version 5 wrote {"rope_scaling": {"type": "linear", ...}} beside
+  // rope_theta; the same model must come out.
+  TempDir dir;
+  at::NoGradGuard no_grad;
+  const std::string old_keys = edited_copy(dir, "qwen2_linear", [](std::string t) {
+    t = std::regex_replace(t, std::regex("\"rope_parameters\""), "\"rope_scaling\"");
+    t = std::regex_replace(t, std::regex("\"rope_type\": \"linear\""), "\"type\": \"linear\"");
+    t = std::regex_replace(t, std::regex("\"rope_theta\": 10000.0,"), "");  // top level in those files
+    return std::regex_replace(t, std::regex("\"rms_norm_eps\""), "\"rope_theta\": 10000.0, \"rms_norm_eps\"");
+  });
+  ModelConfig config = ModelConfig::from_file(old_keys + "/config.json");
+  CHECK(config.rope_scaling.type == "linear");
+  CHECK(config.rope_scaling.factor == 2.0);
+  auto model = load_causal_lm(old_keys, at::kFloat);
+  io::SafetensorsReader reference(kFixtures + "/qwen2_linear/reference.safetensors");
+  CHECK(max_diff(model->forward(reference.read("input_ids")), reference.read("logits")) < 1e-4);
+}
+
 TEST_CASE("model: prefill then one token at a time gives the full forward's logits", "[model][cache]") {
   at::NoGradGuard no_grad;
-  for (const auto& name : {"qwen2_untied", "qwen3", "llama"}) {
+  // The rope-scaled ones decode past their original_max_position_embeddings.
+  for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn"}) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
     at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
@@ -161,9 +182,9 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
                })),
                Contains("model_type 'gpt2' is not supported"));
     CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"rope_type\": \"default\""), "\"rope_type\": \"yarn\"");
+                 return std::regex_replace(t, std::regex("\"rope_type\": \"default\""), "\"rope_type\": \"longrope\"");
                })),
-               Contains("rope type 'yarn' is not supported"));
+               Contains("rope type 'longrope' is not supported (default, linear, llama3, yarn)"));
     CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
                  return std::regex_replace(t, std::regex("\"mlp_bias\": false"), "\"mlp_bias\": true");
                })),

@@ -24,7 +24,7 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
   mask = mask | (key_index == query_index);
 
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config.head_dim, config.rope_theta, dtype);
+  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config, dtype);
   inputs.mask = mask;
   return inputs;
 }
@@ -39,7 +39,7 @@ AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::ve
   }
   AttentionInputs inputs;
   std::tie(inputs.cos, inputs.sin) =
-      rotary_cos_sin(at::cat(positions).view({1, -1}).to(device), config.head_dim, config.rope_theta, dtype);
+      rotary_cos_sin(at::cat(positions).view({1, -1}).to(device), config, dtype);
   inputs.sequence_starts = at::tensor(starts, at::kLong);
   return inputs;
 }

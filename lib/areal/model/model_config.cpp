@@ -1,5 +1,6 @@
 #include "areal/model/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -55,9 +56,35 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = &j["rope_scaling"];
   if (rope) {
-    std::string type = rope->value("rope_type", rope->value("type", "default"));
-    if (type != "default") refuse(cat("rope type '", type, "'"));
+    RopeScaling& r = c.rope_scaling;
+    r.type = rope->value("rope_type", rope->value("type", std::string("default")));
+    if (r.type != "default" && r.type != "linear" && r.type != "llama3" && r.type != "yarn")
+      throw CheckpointError(cat(source, ": rope type '", r.type, "' is not supported (default, linear, llama3, yarn)"));
+    auto number = [&](const char* key, double fallback) {
+      return rope->contains(key) && (*rope)[key].is_number() ? (*rope)[key].get<double>() : fallback;
+    };
     if (rope->contains("rope_theta")) c.rope_theta = (*rope)["rope_theta"].get<double>();
+    if (number("partial_rotary_factor", 1.0) != 1.0) refuse("partial_rotary_factor other than 1");
+    r.original_max_position_embeddings =
+        static_cast<int64_t>(number("original_max_position_embeddings", static_cast<double>(c.max_position_embeddings)));
+    const bool has_factor = rope->contains("factor") && (*rope)["factor"].is_number();
+    if (r.type != "default" && r.type != "yarn" && !has_factor)
+      throw CheckpointError(cat(source, ": rope type '", r.type, "' needs a factor"));
+    // yarn without a factor: the ratio of the context lengths (DeepSeek-V3's way).
+    r.factor = has_factor ? (*rope)["factor"].get<double>()
+                          : static_cast<double>(c.max_position_embeddings) /
+                                static_cast<double>(std::max<int64_t>(1, r.original_max_position_embeddings));
+    r.low_freq_factor = number("low_freq_factor", 1);
+    r.high_freq_factor = number("high_freq_factor", 4);
+    r.attention_factor = number("attention_factor", -1);
+    r.beta_fast = number("beta_fast", 32);
+    r.beta_slow = number("beta_slow", 1);
+    r.mscale = number("mscale", 0);
+    r.mscale_all_dim = number("mscale_all_dim", 0);
+    r.truncate = rope->value("truncate", true);
+    if (r.type == "llama3" && (r.high_freq_factor <= r.low_freq_factor || r.original_max_position_embeddings <= 0))
+      throw CheckpointError(cat(source, ": rope type 'llama3' needs high_freq_factor > low_freq_factor and "
+                                        "original_max_position_embeddings"));
   }
   if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
 

@@ -6,6 +6,20 @@
 
 namespace areal {
 
+// Rotary scaling as transformers' rope_parameters (or the older rope_scaling) name it:
+// "default", "linear" (positions divided by factor), "llama3" (Llama 3.1+: low
+// frequencies divided by factor, a smooth ramp between) or "yarn" (NTK-by-parts with an
+// attention factor on cos and sin). rotary.h turns it into frequencies.
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1;
+  double low_freq_factor = 1, high_freq_factor = 4;  // llama3
+  int64_t original_max_position_embeddings = 0;      // llama3, yarn
+  double attention_factor = -1;                      // yarn; < 0: from factor (and mscale)
+  double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0;  // yarn
+  bool truncate = true;                                                  // yarn
+};
+
 struct ModelConfig {
   std::string model_type;  // "qwen2", "qwen3" or "llama"
   int64_t vocab_size = 0;
@@ -17,6 +31,7 @@ struct ModelConfig {
   int64_t head_dim = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2 always; LLaMA and Qwen3 with attention_bias

@@ -2,16 +2,77 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace areal {
 
-std::pair<at::Tensor, at::Tensor> rotary_cos_sin(const at::Tensor& positions, int64_t head_dim, double theta,
+namespace {
+
+// transformers' YaRN helpers (modeling_rope_utils.py): the dimension at which a
+// frequency makes `rotations` turns over the original context, and the ramp between.
+double correction_dim(double rotations, int64_t dim, double base, int64_t context) {
+  return (static_cast<double>(dim) * std::log(static_cast<double>(context) / (rotations * 2 * M_PI))) /
+         (2 * std::log(base));
+}
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+}  // namespace
+
+at::Tensor rope_inverse_frequencies(const ModelConfig& c) {
+  const int64_t dim = c.head_dim;
+  const RopeScaling& r = c.rope_scaling;
+  at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / dim;
+  at::Tensor pos_freqs = at::pow(c.rope_theta, exponent);
+  at::Tensor inv_freq = 1.0 / pos_freqs;  // [head_dim / 2]
+  if (r.type == "linear") return inv_freq / r.factor;
+  if (r.type == "llama3") {
+    const double context = static_cast<double>(r.original_max_position_embeddings);
+    const double low_wavelen = context / r.low_freq_factor, high_wavelen = context / r.high_freq_factor;
+    const at::Tensor wavelen = 2 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+    const at::Tensor smooth = (context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    const at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    return at::where(medium, smoothed, scaled);
+  }
+  if (r.type == "yarn") {
+    double low = correction_dim(r.beta_fast, dim, c.rope_theta, r.original_max_position_embeddings);
+    double high = correction_dim(r.beta_slow, dim, c.rope_theta, r.original_max_position_embeddings);
+    if (r.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(dim - 1));
+    if (low == high) high += 0.001;  // no division by zero
+    const at::Tensor ramp = ((at::arange(dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    const at::Tensor extrapolation = 1 - ramp;
+    const at::Tensor interpolation = 1.0 / (r.factor * pos_freqs);
+    return interpolation * (1 - extrapolation) + inv_freq * extrapolation;
+  }
+  return inv_freq;
+}
+
+double rope_attention_scaling(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != "yarn") return 1.0;
+  if (r.attention_factor >= 0) return r.attention_factor;
+  if (r.mscale != 0 && r.mscale_all_dim != 0)
+    return yarn_mscale(r.factor, r.mscale) / yarn_mscale(r.factor, r.mscale_all_dim);
+  return yarn_mscale(r.factor, 1);
+}
+
+std::pair<at::Tensor, at::Tensor> rotary_cos_sin(const at::Tensor& positions, const ModelConfig& config,
                                                  at::ScalarType dtype) {
   auto f32 = positions.options().dtype(at::kFloat);
-  at::Tensor exponent = at::arange(0, head_dim, 2, positions.options().dtype(at::kLong)).to(at::kFloat) / head_dim;
-  at::Tensor inv_freq = 1.0 / at::pow(theta, exponent);  // [head_dim / 2]
+  const at::Tensor inv_freq = rope_inverse_frequencies(config).to(positions.device());
   at::Tensor freqs = positions.to(f32).unsqueeze(-1) * inv_freq;  // [B, T, head_dim / 2]
   at::Tensor angles = at::cat({freqs, freqs}, -1);
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  const double scaling = rope_attention_scaling(config);
+  if (scaling == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
+  return {(angles.cos() * scaling).to(dtype), (angles.sin() * scaling).to(dtype)};
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
