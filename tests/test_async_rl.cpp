@@ -264,14 +264,14 @@ TEST_CASE("async rl: SIGUSR1 to every process stops the job with a recover check
 TEST_CASE("async rl: an evaluation longer than cluster.collective_timeout is not a stopped rank",
           "[async][binary][mpi][slow]") {
   // Issue 26, defect 8: one generation rank and two trainers; the generation rank
-  // evaluates the weights of step 1 for 6 s with a 2 s collective timeout. The trainer
+  // evaluates the weights of step 1 for 8 s with a 3 s collective timeout. The trainer
   // that serves it waited in the weights' send while the other waited in the next
   // unit's watched gather, and the watchdog ended the job as if a rank had stopped.
   const fs::path root = fresh_dir("slow_eval");
-  Result r = run("AREAL_TEST_SLEEP_AT=async:eval1 AREAL_TEST_SLEEP_SECONDS=6 timeout 120 " + kMpirun + " -np 3 " +
+  Result r = run("AREAL_TEST_SLEEP_AT=async:eval1 AREAL_TEST_SLEEP_SECONDS=8 timeout 120 " + kMpirun + " -np 3 " +
                  train_bin() + " --config configs/ci_smoke.yaml total_train_epochs=3 total_train_steps=3 evaluator.freq_steps=1"
                  " rollout.backend=areal:d1t1 actor.backend=fsdp:d2 rollout.max_head_offpolicyness=1"
-                 " cluster.collective_timeout=2 cluster.fileroot=" + root.string());
+                 " cluster.collective_timeout=3 cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(step_rows(root).size() == 3);
