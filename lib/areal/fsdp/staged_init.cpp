@@ -13,6 +13,7 @@
 #include "areal/io/hf_model_dir.h"
 #include "areal/model/builtin_model.h"
 #include "areal/model/hf_weights.h"
+#include "areal/util/clock.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
 #include "areal/util/progress.h"
@@ -20,12 +21,6 @@
 
 namespace areal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Wall time and peak RSS growth of one stage, or of one stage's share of interleaved
 // work (add() may be called many times; the peak is the largest seen).

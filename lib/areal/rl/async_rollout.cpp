@@ -4,14 +4,12 @@
 
 #include "areal/rl/async_queue.h"
 #include "areal/rollout/weight_sync.h"
+#include "areal/util/clock.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 class AsyncRollout : public RolloutSource {
  public:

@@ -11,14 +11,12 @@
 #include "areal/rl/batch_refill.h"
 #include "areal/rl/evaluation.h"
 #include "areal/rollout/rollout_model.h"
+#include "areal/util/clock.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Rank `member` takes items member, member + world_size, ... of `n`; a generation group
 // generates its members' items together, in member order.

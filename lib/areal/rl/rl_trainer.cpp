@@ -16,6 +16,7 @@
 #include "areal/rl/ppo_update.h"
 #include "areal/rl/step_report.h"
 #include "areal/stats/stats_logger.h"
+#include "areal/util/clock.h"
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -24,9 +25,6 @@
 
 namespace areal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The step's prompts: every epoch has steps_per_epoch batches, so the step alone says
 // where the run is.

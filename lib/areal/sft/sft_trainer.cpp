@@ -15,6 +15,7 @@
 #include "areal/fsdp/micro_batches.h"
 #include "areal/recover/periodic_saves.h"
 #include "areal/data/text_dataset.h"
+#include "areal/util/clock.h"
 #include "areal/util/crash_point.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -165,9 +166,9 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   PeriodicSaver saver(cfg, schedule.steps_per_epoch, comm);
   // Held-out loss on valid_dataset: before the first step, on evaluator.freq_*, after the last.
   const TextDataset* valid = inputs.valid.get();
-  auto last_eval = std::chrono::steady_clock::now();
+  auto last_eval = Clock::now();
   auto run_eval = [&](int64_t steps_done, const std::string& when) {
-    last_eval = std::chrono::steady_clock::now();
+    last_eval = Clock::now();
     const double loss = evaluation_loss(*valid, cfg.valid_dataset.batch_size, cfg.actor.mb_spec.max_tokens_per_mb,
                                         inputs.tokenizer->pad_id(), me, comm, policy);
     log::info(cat("eval (", when, "): loss ", format_fixed(loss, 4), " on ", valid->size(), " held-out sequences"));
@@ -180,7 +181,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
   for (; step < total_steps; ++step) {
     const size_t b = static_cast<size_t>(step % schedule.steps_per_epoch);
     if (b == 0 || plan.batches.empty()) plan = plan_epoch(schedule.epochs, step / schedule.steps_per_epoch);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     const int64_t prefetched_before = policy.prefetched_gathers();
     comm.set_activity(cat("sft step ", step + 1));
     fault_points(cat("sft:step", step + 1), me.rank);
@@ -188,7 +189,7 @@ SftSummary run_sft(const Config& cfg, const SftInputs& inputs, const RankInfo& m
     if (step == 0) summary.first_loss = s.loss;
     summary.last_loss = s.loss;
     report_step(s, step, total_steps, step / schedule.steps_per_epoch, plan.batches[b].size(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                seconds_since(start),
                 policy.prefetched_gathers() - prefetched_before, stats);
     const bool last = step + 1 == total_steps;
     const EvaluatorConfig& e = cfg.evaluator;
