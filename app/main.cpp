@@ -15,6 +15,7 @@
 #include "areal/job/startup.h"
 #include "areal/job/async_rl.h"
 #include "areal/job/job_inputs.h"
+#include "areal/job/preview.h"
 #include "areal/rl/rl_trainer.h"
 #include "areal/sft/sft_trainer.h"
 #include "areal/util/error.h"
@@ -41,6 +42,10 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
                                   areal::ignored_keys_summary(cfg.ignored_keys)));
     if (cli.print_config) {
       if (is_rank0) std::cout << areal::config_to_yaml(cfg);
+      return areal::kExitOk;
+    }
+    if (cfg.job == "preview") {  // no collectives: rank 0 shows, the others are done
+      if (is_rank0) areal::run_preview(cfg, std::cout);
       return areal::kExitOk;
     }
     return -1;

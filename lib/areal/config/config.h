@@ -183,7 +183,9 @@ struct Config {
   std::string trial_name = "trial0";
   std::string model_path;
   std::string tokenizer_path;  // empty: model_path's tokenizer.json, else the byte tokenizer
-  std::string chat_template = "none";
+  std::string chat_template = "auto";  // auto: the model's own template when it has one, else none
+  bool enable_thinking = false;         // passed to the model's template (AReaL's workflow default)
+  int64_t preview_prompts = 3;          // job=preview: how many prompts to print
   std::string reward_fn = "exact_match";
   int64_t reward_workers = 2;   // processes per rank for reward_fn `command:...`
   double reward_timeout = 30;   // seconds one reward call may take

@@ -149,17 +149,26 @@ std::vector<OptionSpec> declare_options() {
       // ---- the run ----
       OPTION(job).doc("What to run: `init` (the staged initialization, then a table of its stages), "
                       "`sft` (init, then supervised fine-tuning on train_dataset.path with the byte-level "
-                      "tokenizer), `rl` (init, then the GRPO/PPO loop on the prompts of train_dataset.path).")
-          .choices({"init", "sft", "rl"}),
+                      "tokenizer), `rl` (init, then the GRPO/PPO loop on the prompts of train_dataset.path), "
+                      "`preview` (prints the first preview_prompts prompts of train_dataset.path as the rollout "
+                      "feeds them: chat template applied, text and token ids; no model is loaded).")
+          .choices({"init", "sft", "rl", "preview"}),
       OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
       OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),
       OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from. "
                              "Empty with init_from_scratch: a built-in tiny model."),
       OPTION(tokenizer_path).doc("A Hugging Face tokenizer.json (or its directory), or `byte` for the byte-level "
                                  "tokenizer. Empty: model_path's tokenizer.json if there is one, else `byte`."),
-      OPTION(chat_template).doc("How prompts are wrapped: `none` (the prompt as is), `qwen` (ChatML, one user "
-                                "turn), `llama3` (LLaMA 3 headers, one user turn).")
-          .choices({"none", "qwen", "llama3"}),
+      OPTION(chat_template).doc("How prompts become the model's input: `auto` (the model's own chat template when "
+                                "its tokenizer folder has one, else `none`), `model` (the model's own template: "
+                                "chat_template.jinja, chat_template.json or tokenizer_config.json's chat_template, "
+                                "rendered as transformers' apply_chat_template with add_generation_prompt), `none` "
+                                "(the prompt as is), `qwen` (ChatML, one user turn), `llama3` (LLaMA 3 headers, one "
+                                "user turn).")
+          .choices({"auto", "model", "none", "qwen", "llama3"}),
+      OPTION(preview_prompts).doc("job=preview: how many prompts to print.").at_least(1),
+      OPTION(enable_thinking).doc("Passed to the model's chat template as `enable_thinking` (Qwen3's thinking "
+                                  "switch; AReaL's workflow option, false in its math examples)."),
       OPTION(reward_fn).doc("Reward of an answer against the dataset's reference: `exact_match` (equal after "
                             "trimming whitespace), `math` (the final answer, numerically equal), or "
                             "`command:<shell command>`: your program, run as reward_workers processes per rank, "

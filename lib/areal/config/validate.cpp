@@ -88,11 +88,13 @@ void validate_config(const Config& cfg) {
     throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
   if (cfg.job == "rl" && cfg.valid_dataset.type == "sft")
     throw ConfigError("option 'valid_dataset.type' = sft is for job=sft; job=rl evaluates on prompts (type rl)");
-  if (cfg.job == "rl" || cfg.job == "sft") {
+  if (cfg.job == "rl" || cfg.job == "sft" || cfg.job == "preview") {
     check_not_hub_id("train_dataset.path", cfg.train_dataset.path, " --repo-type dataset");
     check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
     check_not_hub_id("tokenizer_path", cfg.tokenizer_path, "");
   }
+  if (cfg.job == "preview" && cfg.train_dataset.path.empty())
+    throw ConfigError("option 'train_dataset.path' is required for job=preview (the prompts to show)");
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
 

@@ -19,6 +19,7 @@ struct PromptExample {
   std::string prompt;
   std::string answer;  // the reference the reward function compares against
   std::string row_json;  // a JSONL dataset's whole row (every field), for reward commands; "" for built-in tasks
+  std::string messages_json;  // the prompt as a JSON list of chat messages (AReaL's `messages`), else ""
 };
 
 bool is_builtin_task(const std::string& path);

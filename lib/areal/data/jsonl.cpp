@@ -21,4 +21,17 @@ void for_each_jsonl_object(const std::string& path,
   }
 }
 
+std::string chat_messages_json(const nlohmann::json& messages, const std::string& where) {
+  for (const auto& message : messages)
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      throw std::runtime_error(cat(where, ": a list of messages needs objects with a string 'role'"));
+  return messages.dump();
+}
+
+std::string last_user_text(const nlohmann::json& messages) {
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it)
+    if ((*it)["role"] == "user" && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"];
+  return "";
+}
+
 }  // namespace areal

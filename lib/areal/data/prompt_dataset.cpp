@@ -22,7 +22,16 @@ std::vector<PromptExample> read_jsonl(const std::string& path, const std::string
                                       const std::string& answer_key) {
   std::vector<PromptExample> examples;
   for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
-    examples.push_back({field_text(row, prompt_key, where), field_text(row, answer_key, where), row.dump()});
+    PromptExample example;
+    if (row.contains(prompt_key) && row[prompt_key].is_array()) {
+      example.messages_json = chat_messages_json(row[prompt_key], cat(where, ": field '", prompt_key, "'"));
+      example.prompt = last_user_text(row[prompt_key]);
+    } else {
+      example.prompt = field_text(row, prompt_key, where);
+    }
+    example.answer = field_text(row, answer_key, where);
+    example.row_json = row.dump();
+    examples.push_back(std::move(example));
   });
   return examples;
 }
@@ -34,7 +43,12 @@ PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_
   std::vector<PromptExample> examples =
       is_builtin_task(path) ? builtin_task(path) : read_jsonl(path, prompt_key, answer_key);
   for (auto& example : examples) {
-    std::vector<int64_t> ids = prompt_tokens(tmpl, tokenizer, example.prompt);
+    std::vector<int64_t> ids;
+    try {
+      ids = prompt_tokens(tmpl, tokenizer, example.prompt, example.messages_json);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(cat(path, ": prompt ", prompts_.size() + skipped_ + 1, ": ", e.what()));
+    }
     if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) {
       ++skipped_;
       continue;

@@ -24,14 +24,9 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
     s.ids.push_back(tokenizer.eos_id());
     return s;
   };
-  // The answer ends with the template's end-of-turn token (<|im_end|>), else EOS.
-  const int64_t answer_end = tmpl.stop_ids.empty() ? tokenizer.eos_id() : tmpl.stop_ids.front();
-  auto prompt_answer = [&](const std::string& prompt, const std::string& answer) {
-    SftSequence s{prompt_tokens(tmpl, tokenizer, prompt), 0};
-    s.loss_from = static_cast<int64_t>(s.ids.size());
-    append(s.ids, tokenizer.encode(answer));
-    s.ids.push_back(answer_end);
-    return s;
+  auto prompt_answer = [&](const std::string& prompt, const std::string& answer, const std::string& messages = "") {
+    PromptAnswer pa = prompt_answer_tokens(tmpl, tokenizer, prompt, answer, messages);
+    return SftSequence{std::move(pa.ids), pa.answer_start};
   };
   if (is_builtin_task(path)) {
     for (const auto& example : builtin_task(path)) add(prompt_answer(example.prompt, example.answer));
@@ -42,11 +37,19 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
         add(whole_text(row["text"].get<std::string>()));
         return;
       }
-      for (const std::string& key : {prompt_key, answer_key})
-        if (!row.contains(key) || !row[key].is_string())
-          throw std::runtime_error(cat(where, ": no string field 'text', nor '", prompt_key, "' and '", answer_key,
-                                       "' (train_dataset.prompt_key, answer_key)"));
-      add(prompt_answer(row[prompt_key].get<std::string>(), row[answer_key].get<std::string>()));
+      const bool messages = row.contains(prompt_key) && row[prompt_key].is_array();  // AReaL's `messages`
+      if (!row.contains(prompt_key) || !(row[prompt_key].is_string() || messages) || !row.contains(answer_key) ||
+          !row[answer_key].is_string())
+        throw std::runtime_error(cat(where, ": no string field 'text', nor '", prompt_key, "' (a string or a list of "
+                                     "messages) and '", answer_key, "' (train_dataset.prompt_key, answer_key)"));
+      try {
+        add(messages ? prompt_answer("", row[answer_key].get<std::string>(),
+                                     chat_messages_json(row[prompt_key], cat(where, ": field '", prompt_key, "'")))
+                     : prompt_answer(row[prompt_key].get<std::string>(), row[answer_key].get<std::string>()));
+      } catch (const std::exception& e) {
+        if (starts_with(e.what(), where)) throw;
+        throw std::runtime_error(cat(where, ": ", e.what()));
+      }
     });
   }
   if (sequences_.empty()) throw std::runtime_error(cat(path, ": no usable sequences"));

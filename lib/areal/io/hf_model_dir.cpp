@@ -19,7 +19,8 @@ std::vector<std::string> HfModelDir::tokenizer_files() const {
   std::vector<std::string> found;
   if (names_a_file_ || folder_.empty()) return found;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json", "vocab.json", "merges.txt"})
+                           "generation_config.json", "vocab.json", "merges.txt", "chat_template.jinja",
+                           "chat_template.json"})
     if (fs::exists(file(name))) found.push_back(file(name));
   return found;
 }

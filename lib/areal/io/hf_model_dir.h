@@ -16,6 +16,10 @@ class HfModelDir {
   static constexpr const char* kSingleWeightsFile = "model.safetensors";
   static constexpr const char* kWeightsIndexFile = "model.safetensors.index.json";
   static constexpr const char* kTokenizerFile = "tokenizer.json";
+  static constexpr const char* kTokenizerConfigFile = "tokenizer_config.json";
+  static constexpr const char* kGenerationConfigFile = "generation_config.json";
+  static constexpr const char* kChatTemplateFile = "chat_template.jinja";
+  static constexpr const char* kChatTemplateJsonFile = "chat_template.json";
 
   // `path`: the folder, or a single .safetensors file (its folder holds config.json).
   explicit HfModelDir(const std::string& path);
@@ -27,8 +31,8 @@ class HfModelDir {
   std::string tokenizer_json() const { return file(kTokenizerFile); }
   bool has_tokenizer() const;
 
-  // The tokenizer and generation files a checkpoint carries beside its weights (those
-  // of them that exist), copied into a saved checkpoint's folder.
+  // The tokenizer, chat template and generation files a checkpoint carries beside its
+  // weights (those of them that exist), copied into a saved checkpoint's folder.
   std::vector<std::string> tokenizer_files() const;
 
  private:

@@ -61,23 +61,11 @@ size_t smallest_batch(const EpochSpec& spec) {
   return smallest;
 }
 
-// The model's tokenizer (tokenizer_path, else model_path's tokenizer.json, else the
-// byte tokenizer) and the chat template, checked against the model's vocabulary.
-std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig& model) {
-  auto tokenizer = loaded_for("tokenizer_path", [&] {
-    return load_tokenizer(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
-  });
-  if (tokenizer->vocab_size() > model.vocab_size)
-    throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
-                          model.vocab_size, " (tokenizer_path names another tokenizer; `byte` is the byte-level one)"));
-  return tokenizer;
-}
-
 RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   const ActorConfig& actor = cfg.actor;
   RlInputs in;
   in.tokenizer = model_tokenizer(cfg, model);
-  in.tmpl = prompt_template(cfg.chat_template, *in.tokenizer);
+  in.tmpl = chat_template_for(cfg, *in.tokenizer);
   std::vector<int64_t> stop_ids = {in.tokenizer->eos_id()};
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
@@ -162,7 +150,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
 SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   SftInputs in;
   in.tokenizer = model_tokenizer(cfg, model);
-  const PromptTemplate tmpl = prompt_template(cfg.chat_template, *in.tokenizer);
+  const PromptTemplate tmpl = chat_template_for(cfg, *in.tokenizer);
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
     return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl);
@@ -182,6 +170,21 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
 }
 
 }  // namespace
+
+std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig& model) {
+  auto tokenizer = loaded_for("tokenizer_path", [&] {
+    return load_tokenizer(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
+  });
+  if (tokenizer->vocab_size() > model.vocab_size)
+    throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
+                          model.vocab_size, " (tokenizer_path names another tokenizer; `byte` is the byte-level one)"));
+  return tokenizer;
+}
+
+PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer) {
+  const std::string folder = tokenizer_folder(cfg.tokenizer_path, cfg.init_from_scratch ? "" : cfg.model_path);
+  return loaded_for("chat_template", [&] { return prompt_template(cfg.chat_template, tokenizer, folder, cfg.enable_thinking); });
+}
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);

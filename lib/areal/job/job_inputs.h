@@ -23,6 +23,13 @@ struct JobInputs {
   std::optional<SftInputs> sft;  // job=sft
 };
 
+// The model's tokenizer (tokenizer_path, else model_path's tokenizer.json, else the
+// byte tokenizer), checked against the model's vocabulary.
+std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig& model);
+// The chat_template option resolved for that tokenizer (its folder holds the model's own
+// template), with enable_thinking.
+PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer);
+
 // Loads and checks the inputs of cfg.job (nothing for job=init beyond the model's
 // options). `model` is the config.json the init will build (init_model_config).
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model);

@@ -25,4 +25,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::st
   return std::make_unique<BpeTokenizer>(file);
 }
 
+std::string tokenizer_folder(const std::string& path, const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  if (path == "byte") return "";
+  if (path.empty()) {
+    const io::HfModelDir model(model_dir);
+    return model.has_tokenizer() ? model.folder() : "";
+  }
+  return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
+}
+
 }  // namespace areal

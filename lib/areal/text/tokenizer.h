@@ -34,4 +34,8 @@ class Tokenizer {
 // Throws ConfigError for a file that cannot be used, naming it and the reason.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::string& model_dir);
 
+// The folder of the tokenizer load_tokenizer(path, model_dir) reads (where its
+// tokenizer_config.json and chat template are); "" for the byte tokenizer.
+std::string tokenizer_folder(const std::string& path, const std::string& model_dir);
+
 }  // namespace areal
