@@ -22,8 +22,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 const std::string kFixtures = source_path("tests/fixtures/models");
-const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",       "llama",
-                                          "llama_mha_bias", "llama31", "qwen2_linear", "qwen2_yarn"};
+const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",      "llama",  "llama_mha_bias",
+                                          "llama31",    "qwen2_linear", "qwen2_yarn", "mistral"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
@@ -55,7 +55,7 @@ std::string load_error(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("model: logits match transformers for Qwen2, Qwen3 and LLaMA", "[model][parity]") {
+TEST_CASE("model: logits match transformers for Qwen2, Qwen3, LLaMA and Mistral", "[model][parity]") {
   for (const auto& name : kModels) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
@@ -88,7 +88,7 @@ TEST_CASE("model: rope scaling written with the older rope_scaling/type keys giv
 TEST_CASE("model: prefill then one token at a time gives the full forward's logits", "[model][cache]") {
   at::NoGradGuard no_grad;
   // The rope-scaled ones decode past their original_max_position_embeddings.
-  for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn"}) {
+  for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn", "mistral"}) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
     at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
@@ -189,6 +189,17 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
                  return std::regex_replace(t, std::regex("\"mlp_bias\": false"), "\"mlp_bias\": true");
                })),
                Contains("mlp_bias=true is not supported"));
+    // Mixture-of-experts and vision-language families, named as such.
+    for (const auto& [type, hint] : std::vector<std::pair<std::string, std::string>>{
+             {"qwen3_moe", "mixture-of-experts models are not supported"},
+             {"mixtral", "mixture-of-experts models are not supported"},
+             {"qwen2_5_vl", "vision-language models are not supported"},
+             {"gemma3", "for Gemma 3's text model: gemma3_text"}}) {
+      CHECK_THAT(load_error(edited_copy(dir, "llama", [&](std::string t) {
+                   return std::regex_replace(t, std::regex("\"model_type\": \"llama\""), "\"model_type\": \"" + type + "\"");
+                 })),
+                 Contains("model_type '" + type + "' is not supported") && Contains(hint));
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 #include "areal/model/builtin_model.h"
 #include "areal/model/hf_weights.h"
 #include "areal/util/clock.h"
+#include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/memory.h"
 #include "areal/util/progress.h"
@@ -101,8 +102,12 @@ at::Tensor seeded_unit(const UnitLayout& unit, size_t unit_index, int64_t seed) 
 }
 
 ModelConfig init_model_config(const Config& cfg) {
-  return cfg.model_path.empty() ? ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model")
-                                : ModelConfig::from_file(io::HfModelDir(cfg.model_path).config_json());
+  if (cfg.model_path.empty()) return ModelConfig::from_json(builtin_tiny_config_json(), "built-in tiny model");
+  try {
+    return ModelConfig::from_file(io::HfModelDir(cfg.model_path).config_json());
+  } catch (const io::CheckpointError& e) {
+    throw ConfigError(cat("option 'model_path': ", e.what()));  // a bad input, before anything starts: exit 2
+  }
 }
 
 namespace {

@@ -35,7 +35,8 @@ struct InitResult {
 };
 
 // The model the init builds: model_path's config.json, or the built-in tiny model.
-// Reads one small file; for the checks that run before the init.
+// Reads one small file; for the checks that run before the init. An unreadable or
+// unsupported config.json (a mixture-of-experts model, ...) is a ConfigError naming it.
 ModelConfig init_model_config(const Config& cfg);
 
 // Collective. Throws io::CheckpointError (naming tensor and file) when the checkpoint

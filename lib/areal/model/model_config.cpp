@@ -19,6 +19,17 @@ int64_t required_int(const nlohmann::json& j, const char* key, const std::string
   return j[key].get<int64_t>();
 }
 
+// Families refused by name: mixture-of-experts and vision-language models.
+std::string refused_family_hint(const std::string& model_type) {
+  const bool moe = model_type.find("moe") != std::string::npos || model_type == "mixtral" ||
+                   model_type.find("deepseek") != std::string::npos;
+  const bool vl = model_type.find("_vl") != std::string::npos || model_type.find("vision") != std::string::npos ||
+                  model_type == "llava" || model_type == "gemma3" || model_type == "mllama";
+  if (moe) return "; mixture-of-experts models are not supported";
+  if (vl) return "; vision-language models are not supported (for Gemma 3's text model: gemma3_text)";
+  return "";
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
@@ -27,9 +38,9 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   ModelConfig c;
   c.json_text = text;
   c.model_type = j.value("model_type", "");
-  if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama")
-    throw CheckpointError(cat(source, ": model_type '", c.model_type,
-                              "' is not supported (supported: qwen2, qwen3, llama)"));
+  if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama" && c.model_type != "mistral")
+    throw CheckpointError(cat(source, ": model_type '", c.model_type, "' is not supported (supported: qwen2, qwen3, "
+                              "llama, mistral)", refused_family_hint(c.model_type)));
   auto refuse = [&](const std::string& what) {
     throw CheckpointError(cat(source, ": ", what, " is not supported (", c.model_type, ")"));
   };
@@ -90,7 +101,14 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
 
   if (j.value("hidden_act", "silu") != "silu") refuse(cat("hidden_act '", j.value("hidden_act", ""), "'"));
   if (j.value("mlp_bias", false)) refuse("mlp_bias=true");
-  if (j.value("use_sliding_window", false)) refuse("use_sliding_window=true");
+  // Sliding windows: Mistral's applies to every layer; Qwen2/3's (use_sliding_window) to
+  // the layers from max_window_layers on.
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  const bool slides = qwen ? j.value("use_sliding_window", false) &&
+                                 j.value("max_window_layers", c.num_hidden_layers) < c.num_hidden_layers
+                           : true;
+  if (slides && j.contains("sliding_window") && j["sliding_window"].is_number_integer())
+    c.sliding_window = j["sliding_window"].get<int64_t>();
   if (j.value("pretraining_tp", 1) != 1) refuse("pretraining_tp other than 1");
 
   const bool attention_bias = j.value("attention_bias", false);

@@ -21,7 +21,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen2", "qwen3" or "llama"
+  std::string model_type;  // "qwen2", "qwen3", "llama" or "mistral"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -37,6 +37,10 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2 always; LLaMA and Qwen3 with attention_bias
   bool o_bias = false;    // LLaMA and Qwen3 with attention_bias
   bool qk_norm = false;   // Qwen3: RMSNorm on each head of q and k
+  // Tokens a query attends back to in some layers (Mistral's sliding_window, Qwen2's
+  // use_sliding_window); 0: none. Not implemented: within it attention is the full one,
+  // so the job checks accept only sequences that fit (job_inputs.cpp).
+  int64_t sliding_window = 0;
   std::string torch_dtype = "float32";
   std::string json_text;  // the config.json as read, written back unchanged on save
 
