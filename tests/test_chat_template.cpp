@@ -31,8 +31,9 @@ struct TemplateCase {
   std::string bos, eos;
 };
 
-// The byte-level BPE fixtures stand in for each family's tokenizer: their special tokens
-// are the Qwen (ChatML) and LLaMA 3 ones; other families' markers are plain text to them.
+// The tokenizer fixtures stand in for each family's tokenizer: byte-level Qwen (ChatML) and
+// LLaMA 3 ones, SentencePiece-style Gemma (with its turn tokens) and Mistral ones; other
+// markers ([INST], DeepSeek's) are plain text to them.
 const std::vector<TemplateCase> kTemplates = {
     {"Qwen-Qwen2.5-7B-Instruct.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
     {"Qwen-Qwen3-0.6B.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
@@ -41,10 +42,10 @@ const std::vector<TemplateCase> kTemplates = {
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "llama3", "<|begin_of_text|>", "<|eot_id|>"},
     {"meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3", "<|begin_of_text|>", "<|eot_id|>"},
     {"meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3", "<|begin_of_text|>", "<|eot_id|>"},
-    {"google-gemma-2-2b-it.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
-    {"google-gemma-3-it.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
-    {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
-    {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "qwen2", "<|endoftext|>", "<|im_end|>"},
+    {"google-gemma-2-2b-it.jinja", "gemma", "<bos>", "<eos>"},
+    {"google-gemma-3-it.jinja", "gemma", "<bos>", "<eos>"},
+    {"mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral", "<s>", "</s>"},
+    {"Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral", "<s>", "</s>"},
 };
 
 const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
@@ -181,8 +182,7 @@ TEST_CASE("chat templates: a dataset's messages go through the model's template,
   const fs::path data = fs::temp_directory_path() / "areal_chat_templates" / "messages.jsonl";
   std::ofstream(data) << R"({"messages": [{"role": "user", "content": "2+2?"}], "answer": "4"})" << "\n";
   PromptDataset prompts(data.string(), "messages", "answer", 0, tokenizer, tmpl);
-  CHECK(tokenizer.decode(prompts[0].ids, false) ==
-        "<|endoftext|><start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
+  CHECK(tokenizer.decode(prompts[0].ids, false) == "<bos><start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
   std::ofstream(data, std::ios::app)
       << R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "answer": "4"})" << "\n";
   CHECK_THROWS_WITH(PromptDataset(data.string(), "messages", "answer", 0, tokenizer, tmpl),

@@ -35,6 +35,7 @@ const std::vector<std::string> kCorpus = {
     "emoji \U0001F642\U0001F680 math \u2211 \u222b \u221a \u2264 \u00b1 \u00d7",
     "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>",
     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "<s>[INST] Hi there [/INST] ok</s> <start_of_turn>user\n Hi<end_of_turn>\n<bos><eos>x",
     "I'LL SAY IT'S FINE, YOU'VE SEEN IT, he'd know, they're here",
     "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))",
     "vertical\x0btab and next\xc2\x85line",
@@ -78,6 +79,21 @@ TEST_CASE("BPE tokenizer: LLaMA3-style tokenizer.json (ignore_merges, digit trip
   CHECK(tokenizer.prompt_prefix() == std::vector<int64_t>{*tokenizer.token_id("<|begin_of_text|>")});
 }
 
+TEST_CASE("BPE tokenizer: SentencePiece-style files (LLaMA 2, Mistral, Gemma) and DeepSeek's match the tokenizers package",
+          "[tokenizer]") {
+  // Prepend + Replace normalizers (LLaMA 2), Metaspace with prepend_scheme first
+  // (Mistral), Replace only (Gemma); byte_fallback for the characters outside the
+  // vocabulary (the corpus has CJK, emoji, Greek, Cyrillic); their decoders. DeepSeek:
+  // byte-level with an empty Sequence normalizer.
+  for (const char* name : {"llama2", "mistral", "gemma", "deepseek"}) check_parity(name);
+  BpeTokenizer llama2(kFixtures + "llama2/tokenizer.json");
+  CHECK(llama2.prompt_prefix() == std::vector<int64_t>{*llama2.token_id("<s>")});
+  CHECK(llama2.eos_id() == *llama2.token_id("</s>"));
+  const std::vector<int64_t> ids = llama2.encode("\u4e2d");  // not in the vocabulary: three byte tokens
+  CHECK(ids.size() == 4);  // "▁" and <0xE4> <0xB8> <0xAD>
+  CHECK(ids[1] == *llama2.token_id("<0xE4>"));
+}
+
 TEST_CASE("BPE tokenizer: unsupported and malformed files are refused by name", "[tokenizer]") {
   const auto dir = std::filesystem::temp_directory_path() / "areal_bad_tokenizer";
   std::filesystem::create_directories(dir);
@@ -94,11 +110,16 @@ TEST_CASE("BPE tokenizer: unsupported and malformed files are refused by name", 
   CHECK_THAT(refuse(R"({"model": {"type": "WordPiece", "vocab": {}}})"),
              Contains(path) && Contains("'WordPiece' is not supported"));
   CHECK_THAT(refuse(R"({"model": {"type": "Unigram", "vocab": []}})"), Contains("'Unigram' is not supported"));
-  CHECK_THAT(refuse(R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {}, "merges": []}})"),
-             Contains("byte_fallback"));
+  CHECK_THAT(refuse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                       "pre_tokenizer": {"type": "Whitespace"}})"),
+             Contains("pre-tokenizer 'Whitespace' is not supported (Split, ByteLevel, Metaspace)"));
+  CHECK_THAT(refuse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                       "decoder": {"type": "WordPiece"}})"),
+             Contains("decoder 'WordPiece' is not supported (Replace, ByteFallback, Fuse, Strip, Metaspace)"));
+  CHECK_THAT(refuse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                       "normalizer": {"type": "Replace", "pattern": {"Regex": " +"}, "content": "_"}})"),
+             Contains("Replace with a regex pattern is not supported"));
   CHECK_THAT(refuse("{not json"), Contains("not a JSON object"));
-  CHECK_THAT(refuse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": null})"),
-             Contains("not a byte-level tokenizer"));
   CHECK_THAT(refuse(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "normalizer": {"type": "NFKC"},
                        "pre_tokenizer": {"type": "ByteLevel"}})"),
              Contains("normalizer 'NFKC' is not supported"));

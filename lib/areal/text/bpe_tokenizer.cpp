@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -92,6 +94,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : path_(path), regexes_(std:
   read_model(doc);
   read_normalizer(doc);
   read_pre_tokenizer(doc);
+  read_decoder(doc);
   read_prompt_prefix(doc);
   read_special_tokens();
 }
@@ -103,8 +106,12 @@ void BpeTokenizer::read_model(const json& doc) {
   const json& model = doc["model"];
   const std::string type = model.value("type", "");
   if (type != "BPE")
-    throw failure(cat("tokenizer model type '", type, "' is not supported (only byte-level BPE: GPT-2, Qwen2, LLaMA 3)"));
-  if (model.value("byte_fallback", false)) throw failure("BPE with byte_fallback (SentencePiece style) is not supported");
+    throw failure(cat("tokenizer model type '", type, "' is not supported (only BPE: byte-level as GPT-2, Qwen2, "
+                      "LLaMA 3; SentencePiece-style as LLaMA 2, Mistral, Gemma)"));
+  byte_fallback_ = model.value("byte_fallback", false);
+  fuse_unk_ = model.value("fuse_unk", false);
+  if (!model.value("end_of_word_suffix", json()).is_null() && !model.value("end_of_word_suffix", std::string()).empty())
+    throw failure("BPE with an end_of_word_suffix is not supported");
   if (!model["continuing_subword_prefix"].is_null() && !model.value("continuing_subword_prefix", std::string()).empty())
     throw failure("BPE with a continuing_subword_prefix is not supported");
   ignore_merges_ = model.value("ignore_merges", false);
@@ -145,17 +152,30 @@ void BpeTokenizer::read_model(const json& doc) {
   for (const auto& [token, id] : vocab_) id_to_token_[id] = token;
   for (const auto& [content, id] : added_) id_to_token_[id] = content;
   for (const auto& [id, special] : added_ids) is_special_[id] = special;
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    if (auto id = token_id(model["unk_token"].get<std::string>())) unk_id_ = *id;
+}
 
+// A string pattern ({"String": " "}); a regex one is refused.
+std::string string_pattern(const json& step, const std::function<ConfigError(const std::string&)>& failure) {
+  if (!step.contains("pattern") || !step["pattern"].contains("String"))
+    throw failure(cat(step.value("type", "?"), " with a regex pattern is not supported (a plain string)"));
+  return step["pattern"]["String"].get<std::string>();
 }
 
 void BpeTokenizer::read_normalizer(const json& doc) {
   const json& normalizer = doc.value("normalizer", json());
-  if (!normalizer.is_null()) {
-    if (normalizer.value("type", "") != "NFC")
-      throw failure(cat("normalizer '", normalizer.value("type", "?"), "' is not supported (none or NFC)"));
-    nfc_ = true;
+  if (normalizer.is_null()) return;
+  std::vector<json> steps = normalizer.value("type", "") == "Sequence" ? normalizer.at("normalizers").get<std::vector<json>>()
+                                                                      : std::vector<json>{normalizer};
+  auto fail = [this](const std::string& what) { return failure(what); };
+  for (const json& step : steps) {
+    const std::string type = step.value("type", "");
+    if (type == "NFC") normalizers_.push_back({type, "", ""});
+    else if (type == "Prepend") normalizers_.push_back({type, "", step.at("prepend").get<std::string>()});
+    else if (type == "Replace") normalizers_.push_back({type, string_pattern(step, fail), step.at("content").get<std::string>()});
+    else throw failure(cat("normalizer '", type, "' is not supported (NFC, Prepend, Replace or a Sequence of them)"));
   }
-
 }
 
 // [Split(regex, Isolated)...] then ByteLevel, and the ByteLevel decoder.
@@ -185,15 +205,43 @@ void BpeTokenizer::read_pre_tokenizer(const json& doc) {
       byte_level = true;
       add_prefix_space_ = step.value("add_prefix_space", false);
       if (step.value("use_regex", true)) compile(kGpt2Regex);
+    } else if (kind == "Metaspace") {
+      metaspace_ = step.value("replacement", "\u2581");
+      prepend_scheme_ = step.value("prepend_scheme", step.value("add_prefix_space", true) ? "always" : "never");
+      metaspace_split_ = step.value("split", true);
     } else {
-      throw failure(cat("pre-tokenizer '", kind, "' is not supported (Split, ByteLevel)"));
+      throw failure(cat("pre-tokenizer '", kind, "' is not supported (Split, ByteLevel, Metaspace)"));
     }
   }
-  if (!byte_level) throw failure("not a byte-level tokenizer (no ByteLevel pre-tokenizer)");
-  const json& decoder = doc.value("decoder", json());
-  if (decoder.is_object() && decoder.value("type", "") != "ByteLevel")
-    throw failure(cat("decoder '", decoder.value("type", "?"), "' is not supported (ByteLevel)"));
+  sentencepiece_ = !byte_level;
+  if (sentencepiece_ && !regexes_->splits.empty())
+    throw failure("a Split pre-tokenizer without ByteLevel is not supported");
+}
 
+// The decoder: ByteLevel for byte-level files; the SentencePiece-style steps otherwise.
+void BpeTokenizer::read_decoder(const json& doc) {
+  const json& decoder = doc.value("decoder", json());
+  if (!sentencepiece_) {
+    if (decoder.is_object() && decoder.value("type", "") != "ByteLevel")
+      throw failure(cat("decoder '", decoder.value("type", "?"), "' is not supported with ByteLevel (ByteLevel)"));
+    return;
+  }
+  if (decoder.is_null()) return;
+  std::vector<json> steps = decoder.value("type", "") == "Sequence" ? decoder.at("decoders").get<std::vector<json>>()
+                                                                    : std::vector<json>{decoder};
+  auto fail = [this](const std::string& what) { return failure(what); };
+  for (const json& step : steps) {
+    const std::string type = step.value("type", "");
+    if (type == "Replace") decoders_.push_back({type, string_pattern(step, fail), step.at("content").get<std::string>()});
+    else if (type == "ByteFallback" || type == "Fuse") decoders_.push_back({type, "", ""});
+    else if (type == "Strip")
+      decoders_.push_back({type, step.at("content").get<std::string>(), "", step.value("start", int64_t{0}),
+                           step.value("stop", int64_t{0})});
+    else if (type == "Metaspace")
+      decoders_.push_back({type, step.value("replacement", "\u2581"),
+                           step.value("prepend_scheme", step.value("add_prefix_space", true) ? "always" : "never")});
+    else throw failure(cat("decoder '", type, "' is not supported (Replace, ByteFallback, Fuse, Strip, Metaspace)"));
+  }
 }
 
 // What a plain prompt starts with: the special tokens before $A in the post-processor's template.
@@ -258,23 +306,65 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
       ++i;
       continue;
     }
-    encode_ordinary(text.substr(start, i - start), out);
+    encode_ordinary(text.substr(start, i - start), start == 0, out);
     out.push_back(hit->second);
     i += hit->first.size();
     start = i;
   }
-  encode_ordinary(text.substr(start), out);
+  encode_ordinary(text.substr(start), start == 0, out);
   return out;
 }
 
-void BpeTokenizer::encode_ordinary(const std::string& text, std::vector<int64_t>& out) const {
-  if (text.empty()) return;
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
-  if (nfc_) {
-    UErrorCode status = U_ZERO_ERROR;
-    u = icu::Normalizer2::getNFCInstance(status)->normalize(u, status);
-    if (U_FAILURE(status)) throw std::runtime_error(cat(path_, ": NFC normalization failed"));
+std::string BpeTokenizer::normalize(const std::string& text) const {
+  std::string s = text;
+  for (const Step& step : normalizers_) {
+    if (step.type == "NFC") {
+      UErrorCode status = U_ZERO_ERROR;
+      icu::UnicodeString u = icu::Normalizer2::getNFCInstance(status)->normalize(icu::UnicodeString::fromUTF8(s), status);
+      if (U_FAILURE(status)) throw std::runtime_error(cat(path_, ": NFC normalization failed"));
+      s.clear();
+      u.toUTF8String(s);
+    } else if (step.type == "Prepend") {
+      if (!s.empty()) s = step.to + s;
+    } else if (step.type == "Replace" && !step.from.empty()) {
+      std::string replaced;
+      size_t at = 0;
+      for (size_t hit = s.find(step.from); hit != std::string::npos; hit = s.find(step.from, at)) {
+        replaced += s.substr(at, hit - at) + step.to;
+        at = hit + step.from.size();
+      }
+      s = replaced + s.substr(at);
+    }
   }
+  return s;
+}
+
+void BpeTokenizer::encode_ordinary(const std::string& text, bool at_start, std::vector<int64_t>& out) const {
+  if (text.empty()) return;
+  const std::string normalized = normalize(text);
+  if (normalized.empty()) return;
+  if (sentencepiece_) {
+    std::string s = normalized;
+    if (!metaspace_.empty()) {  // spaces to the replacement, one prepended, maybe split before each
+      std::string replaced;
+      for (char c : s) replaced += c == ' ' ? metaspace_ : std::string(1, c);
+      s = replaced;
+      const bool prepend = prepend_scheme_ == "always" || (prepend_scheme_ == "first" && at_start);
+      if (prepend && s.compare(0, metaspace_.size(), metaspace_) != 0) s = metaspace_ + s;
+      if (metaspace_split_) {
+        size_t begin = 0;
+        for (size_t at = s.find(metaspace_, 1); at != std::string::npos; at = s.find(metaspace_, at + 1)) {
+          encode_piece(s.substr(begin, at - begin), out);
+          begin = at;
+        }
+        encode_piece(s.substr(begin), out);
+        return;
+      }
+    }
+    encode_piece(s, out);
+    return;
+  }
+  icu::UnicodeString u = icu::UnicodeString::fromUTF8(normalized);
   if (add_prefix_space_ && !u.startsWith(icu::UnicodeString(" "))) u.insert(0, icu::UnicodeString(" "));
   // Each Split cuts every piece of the previous one into matches and the gaps between them.
   std::vector<icu::UnicodeString> pieces = {u};
@@ -301,17 +391,41 @@ void BpeTokenizer::encode_ordinary(const std::string& text, std::vector<int64_t>
   }
 }
 
+// A piece's symbols before any merge: byte-level, one per byte in the GPT-2 alphabet;
+// SentencePiece-style, one per character (a character outside the vocabulary becomes
+// its <0xXX> byte tokens with byte_fallback).
+std::vector<std::string> BpeTokenizer::initial_symbols(const std::string& piece) const {
+  std::vector<std::string> symbols;
+  if (!sentencepiece_) {
+    for (unsigned char b : piece) symbols.push_back(alphabet().to_char[b]);
+    return symbols;
+  }
+  for (size_t i = 0; i < piece.size();) {
+    const unsigned char c = piece[i];
+    const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    std::string ch = piece.substr(i, n);
+    i += n;
+    if (vocab_.count(ch) || !byte_fallback_) {
+      symbols.push_back(std::move(ch));
+      continue;
+    }
+    for (unsigned char b : ch) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      symbols.emplace_back(hex);
+    }
+  }
+  return symbols;
+}
+
 void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& out) const {
   if (auto cached = cache_.find(piece); cached != cache_.end()) {
     out.insert(out.end(), cached->second.begin(), cached->second.end());
     return;
   }
-  std::vector<std::string> symbols;  // the piece in the byte alphabet, one symbol per byte
+  std::vector<std::string> symbols = initial_symbols(piece);
   std::string word;
-  for (unsigned char b : piece) {
-    symbols.push_back(alphabet().to_char[b]);
-    word += symbols.back();
-  }
+  for (const auto& symbol : symbols) word += symbol;
   std::vector<int64_t> ids;
   auto whole = vocab_.find(word);
   if (ignore_merges_ && whole != vocab_.end()) {
@@ -334,15 +448,105 @@ void BpeTokenizer::encode_piece(const std::string& piece, std::vector<int64_t>& 
     }
     for (const auto& symbol : symbols) {
       auto it = vocab_.find(symbol);
-      if (it == vocab_.end()) throw std::runtime_error(cat(path_, ": no token for '", symbol, "'"));
-      ids.push_back(it->second);
+      if (it != vocab_.end()) {
+        ids.push_back(it->second);
+      } else if (unk_id_ >= 0) {  // an unknown character (no byte fallback)
+        if (!(fuse_unk_ && !ids.empty() && ids.back() == unk_id_)) ids.push_back(unk_id_);
+      } else {
+        throw std::runtime_error(cat(path_, ": no token for '", symbol, "'"));
+      }
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
-  if (cache_.size() < 100000) cache_.emplace(piece, std::move(ids));
+  if (cache_.size() < 100000 && piece.size() < 256) cache_.emplace(piece, std::move(ids));
+}
+
+// The decoders' chain on the tokens' texts, as `tokenizers` runs it.
+std::string BpeTokenizer::decode_sentencepiece(const std::vector<std::string>& tokens) const {
+  std::vector<std::string> t = tokens;
+  auto byte_of = [](const std::string& s) -> int {
+    if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
+    return static_cast<int>(std::strtol(s.substr(3, 2).c_str(), nullptr, 16));
+  };
+  for (const Step& step : decoders_) {
+    if (step.type == "Replace") {
+      for (auto& token : t) {
+        std::string replaced;
+        size_t at = 0;
+        for (size_t hit = token.find(step.from); hit != std::string::npos; hit = token.find(step.from, at)) {
+          replaced += token.substr(at, hit - at) + step.to;
+          at = hit + step.from.size();
+        }
+        token = replaced + token.substr(at);
+      }
+    } else if (step.type == "ByteFallback") {  // runs of <0xXX> become their UTF-8 text, or one U+FFFD per byte
+      std::vector<std::string> merged;
+      std::string bytes;
+      size_t count = 0;
+      auto flush = [&] {
+        if (count == 0) return;
+        icu::UnicodeString u = icu::UnicodeString::fromUTF8(bytes);
+        std::string back;
+        u.toUTF8String(back);
+        const bool valid = back == bytes;
+        if (valid) merged.push_back(bytes);
+        else for (size_t k = 0; k < count; ++k) merged.push_back("\xEF\xBF\xBD");
+        bytes.clear();
+        count = 0;
+      };
+      for (const auto& token : t) {
+        const int b = byte_of(token);
+        if (b < 0) {
+          flush();
+          merged.push_back(token);
+        } else {
+          bytes.push_back(static_cast<char>(b));
+          ++count;
+        }
+      }
+      flush();
+      t = std::move(merged);
+    } else if (step.type == "Fuse") {
+      std::string all;
+      for (const auto& token : t) all += token;
+      t = {all};
+    } else if (step.type == "Strip") {
+      for (auto& token : t) {
+        int64_t k = 0;
+        while (k < step.start && token.compare(0, step.from.size(), step.from) == 0) token.erase(0, step.from.size()), ++k;
+        k = 0;
+        while (k < step.stop && token.size() >= step.from.size() &&
+               token.compare(token.size() - step.from.size(), step.from.size(), step.from) == 0)
+          token.erase(token.size() - step.from.size()), ++k;
+      }
+    } else if (step.type == "Metaspace") {  // the replacement is a space; in the first token it is dropped
+      for (size_t i = 0; i < t.size(); ++i) {
+        std::string out;
+        const bool drop = i == 0 && step.to != "never";
+        for (size_t at = 0; at < t[i].size();) {
+          if (t[i].compare(at, step.from.size(), step.from) == 0) {
+            if (!drop) out += ' ';
+            at += step.from.size();
+          } else {
+            out += t[i][at++];
+          }
+        }
+        t[i] = out;
+      }
+    }
+  }
+  std::string text;
+  for (const auto& token : t) text += token;
+  return text;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  if (sentencepiece_) {
+    std::vector<std::string> tokens;
+    for (int64_t id : ids)
+      if (id >= 0 && id < vocab_size_ && !(skip_special && is_special_[id])) tokens.push_back(id_to_token_[id]);
+    return decode_sentencepiece(tokens);
+  }
   std::string text;
   for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size_) continue;
