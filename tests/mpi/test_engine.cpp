@@ -82,7 +82,9 @@ void zero_shard_grads(ShardedModel& model) {
 // Both ways of running the layers: activations kept (the default) and recomputed in
 // backward (actor.gradient_checkpointing).
 TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine]") {
-  for (const auto& name : {"qwen2_tied", "llama", "qwen3"}) for (bool checkpointing : {false, true}) {
+  // gemma2 / gemma3_text: scaled embeddings (outside the embed unit), four norms, soft-caps.
+  for (const auto& name : {"qwen2_tied", "llama", "qwen3", "mistral", "gemma2", "gemma3_text"})
+    for (bool checkpointing : {false, true}) {
     INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
     const std::string path = kFixtures + "/" + name;
     Config cfg;

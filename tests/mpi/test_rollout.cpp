@@ -45,7 +45,9 @@ int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
 TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole model's", "[mpi][rollout]") {
   // qwen2_yarn: rope-scaled (YaRN, with its factor on cos and sin), generating past its
   // original_max_position_embeddings (16).
-  for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral"}) {
+  // gemma2: soft-capped attention in the paged decode kernel; gemma3_text: local rope.
+  for (const auto& name :
+       {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2", "gemma3_text"}) {
     const std::string path = kFixtures + "/" + name;
     auto whole = load_causal_lm(path, at::kFloat);
     const ModelConfig& c = whole->config();

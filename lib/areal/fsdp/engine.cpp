@@ -58,6 +58,8 @@ struct UnitCall {
     d["input_ids"] = input_ids;
     d["cos"] = attention.cos;
     d["sin"] = attention.sin;
+    d["cos_local"] = attention.cos_local;
+    d["sin_local"] = attention.sin_local;
     d["mask"] = attention.mask;
     d["sequence_starts"] = attention.sequence_starts;
   }
@@ -74,6 +76,8 @@ struct UnitCall {
     call.input_ids = d.at("input_ids").toTensor();
     call.attention.cos = d.at("cos").toTensor();
     call.attention.sin = d.at("sin").toTensor();
+    call.attention.cos_local = d.at("cos_local").toTensor();
+    call.attention.sin_local = d.at("sin_local").toTensor();
     call.attention.mask = d.at("mask").toTensor();
     call.attention.sequence_starts = d.at("sequence_starts").toTensor();
     return call;
@@ -141,7 +145,7 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
     return it == w.by_name.end() ? at::Tensor() : it->second;
   };
   at::Tensor keys, values;  // no cache in training
-  return decoder_layer(config, lookup, x, call.attention, keys, values, model.adapter_scale());
+  return decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale());
 }
 
 // On one rank in float32 a shard is its whole unit already: the engine runs on the
@@ -448,7 +452,8 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
                         record, i};
     return UnitFunction::apply(x, shard, adapter, call);
   };
-  at::Tensor h = apply(0, Kind::Embed, input_ids, {}, input_ids);
+  // Gemma's embedding scale outside the unit: autograd carries it into the unit's backward.
+  at::Tensor h = scale_embeddings(model().config(), apply(0, Kind::Embed, input_ids, {}, input_ids));
   for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
   return apply(layers + 1, Kind::Head, {}, {}, h);
 }

@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <limits>
+#include <optional>
+
 #include "areal/model/rotary.h"
 #include "areal/model/transformer.h"
 
@@ -24,7 +28,7 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
   mask = mask | (key_index == query_index);
 
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config, dtype);
+  set_rotary(inputs, positions, config, dtype);
   inputs.mask = mask;
   return inputs;
 }
@@ -38,10 +42,19 @@ AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::ve
     positions.push_back(at::arange(length, at::kLong));
   }
   AttentionInputs inputs;
-  std::tie(inputs.cos, inputs.sin) =
-      rotary_cos_sin(at::cat(positions).view({1, -1}).to(device), config, dtype);
+  set_rotary(inputs, at::cat(positions).view({1, -1}).to(device), config, dtype);
   inputs.sequence_starts = at::tensor(starts, at::kLong);
   return inputs;
+}
+
+void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype) {
+  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config, dtype);
+  if (config.rope_local_theta > 0) {
+    ModelConfig local = config;
+    local.rope_theta = config.rope_local_theta;
+    local.rope_scaling = RopeScaling{};
+    std::tie(inputs.cos_local, inputs.sin_local) = rotary_cos_sin(positions, local, dtype);
+  }
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -51,7 +64,49 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * normed.to(x.scalar_type());
 }
 
-at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
+at::Tensor model_norm(const ModelConfig& c, const at::Tensor& x, const at::Tensor& weight) {
+  if (!c.gemma) return rms_norm(x, weight, c.rms_norm_eps);
+  at::Tensor x32 = x.to(at::kFloat);
+  at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + c.rms_norm_eps);
+  return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
+}
+
+at::Tensor scale_embeddings(const ModelConfig& c, const at::Tensor& embedded) {
+  if (!c.gemma) return embedded;
+  return embedded * at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), embedded.options());
+}
+
+at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at::Tensor& ids) {
+  return scale_embeddings(c, at::embedding(weight, ids));
+}
+
+at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& mask, bool causal) {
+  const bool gqa = q.size(1) != k.size(1);
+  const std::optional<double> scale = c.attention_scale > 0 ? std::optional<double>(c.attention_scale) : std::nullopt;
+  if (c.attn_logit_softcapping <= 0) {
+    const std::optional<at::Tensor> allowed = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+    return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, causal, scale, gqa);
+  }
+  // Soft-capped scores: SDPA cannot, so as transformers' eager attention.
+  const int64_t group = q.size(1) / k.size(1);
+  const at::Tensor keys = group > 1 ? k.repeat_interleave(group, 1) : k;
+  const at::Tensor vals = group > 1 ? v.repeat_interleave(group, 1) : v;
+  const double cap = c.attn_logit_softcapping;
+  at::Tensor scores = at::matmul(q, keys.transpose(2, 3)) * scale.value_or(1.0 / std::sqrt(double(q.size(3))));
+  scores = at::tanh(scores / cap) * cap;
+  at::Tensor allowed = mask;
+  if (causal) {
+    const int64_t t = q.size(2), s = k.size(2);
+    at::Tensor tri = at::ones({t, s}, q.options().dtype(at::kBool)).tril(s - t);
+    allowed = allowed.defined() ? allowed & tri : tri;
+  }
+  if (allowed.defined()) scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, vals);
+}
+
+at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
                          const PartialSumReduce& reduce) {
   const int64_t batch = x.size(0), length = x.size(1);
@@ -63,19 +118,21 @@ at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::
     return out;
   };
 
-  at::Tensor h = rms_norm(x, w("input_layernorm.weight"), c.rms_norm_eps);
+  at::Tensor h = model_norm(c, x, w("input_layernorm.weight"));
   at::Tensor q = linear(h, "self_attn.q_proj").view({batch, length, heads, head_dim});
   at::Tensor k = linear(h, "self_attn.k_proj").view({batch, length, kv_heads, head_dim});
   at::Tensor v = linear(h, "self_attn.v_proj").view({batch, length, kv_heads, head_dim}).transpose(1, 2);
-  if (c.qk_norm) {  // Qwen3 normalizes each head before the rotation
-    q = rms_norm(q, w("self_attn.q_norm.weight"), c.rms_norm_eps);
-    k = rms_norm(k, w("self_attn.k_norm.weight"), c.rms_norm_eps);
+  if (c.qk_norm) {  // Qwen3 and Gemma 3 normalize each head before the rotation
+    q = model_norm(c, q, w("self_attn.q_norm.weight"));
+    k = model_norm(c, k, w("self_attn.k_norm.weight"));
   }
-  q = apply_rotary(q.transpose(1, 2), attention.cos, attention.sin);
-  k = apply_rotary(k.transpose(1, 2), attention.cos, attention.sin);
+  const bool local = attention.cos_local.defined() && !c.sliding_layers.empty() && c.sliding_layers.at(layer);
+  const at::Tensor& cos = local ? attention.cos_local : attention.cos;
+  const at::Tensor& sin = local ? attention.sin_local : attention.sin;
+  q = apply_rotary(q.transpose(1, 2), cos, sin);
+  k = apply_rotary(k.transpose(1, 2), cos, sin);
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
   // attention reads the shared heads in place (enable_gqa) instead of copies per query head.
-  const bool gqa = heads != kv_heads;
   at::Tensor attended;
   if (attention.cached) {
     attended = attention.cached(q, k, v);
@@ -84,29 +141,38 @@ at::Tensor decoder_layer(const ModelConfig& c, const LayerWeights& w, const at::
     std::vector<at::Tensor> parts;
     for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
       const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
-      parts.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, n), k.narrow(2, begin, n),
-                                                       v.narrow(2, begin, n), {}, 0.0, /*is_causal=*/true,
-                                                       std::nullopt, gqa));
+      parts.push_back(attend(c, q.narrow(2, begin, n), k.narrow(2, begin, n), v.narrow(2, begin, n), {},
+                             /*causal=*/true));
     }
     attended = at::cat(parts, 2);
   } else {
     keys = keys.defined() ? at::cat({keys, k}, 2) : k;
     values = values.defined() ? at::cat({values, v}, 2) : v;
-    attended = at::scaled_dot_product_attention(q, keys, values, attention.mask, 0.0, false, std::nullopt, gqa);
+    attended = attend(c, q, keys, values, attention.mask, /*causal=*/false);
   }
   at::Tensor attention_out = linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
   if (reduce) reduce(attention_out);
+  // Gemma normalizes the attention's and the MLP's outputs too, and names the MLP's input
+  // norm pre_feedforward_layernorm (LLaMA's post_attention_layernorm is that input norm).
+  if (c.gemma) attention_out = model_norm(c, attention_out, w("post_attention_layernorm.weight"));
   at::Tensor after_attention = x + attention_out;
 
-  at::Tensor m = rms_norm(after_attention, w("post_attention_layernorm.weight"), c.rms_norm_eps);
-  at::Tensor mlp = linear(at::silu(linear(m, "mlp.gate_proj")) * linear(m, "mlp.up_proj"), "mlp.down_proj");
+  at::Tensor m = model_norm(c, after_attention, w(c.gemma ? "pre_feedforward_layernorm.weight"
+                                                           : "post_attention_layernorm.weight"));
+  at::Tensor gate = linear(m, "mlp.gate_proj");
+  gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);
+  at::Tensor mlp = linear(gate * linear(m, "mlp.up_proj"), "mlp.down_proj");
   if (reduce) reduce(mlp);
+  if (c.gemma) mlp = model_norm(c, mlp, w("post_feedforward_layernorm.weight"));
   return after_attention + mlp;
 }
 
 at::Tensor lm_logits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& head_weight,
                      const at::Tensor& hidden) {
-  return at::linear(rms_norm(hidden, norm_weight, c.rms_norm_eps), head_weight);
+  at::Tensor logits = at::linear(model_norm(c, hidden, norm_weight), head_weight);
+  if (c.final_logit_softcapping > 0)
+    logits = at::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
+  return logits;
 }
 
 }  // namespace areal

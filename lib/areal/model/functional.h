@@ -22,6 +22,7 @@ using LayerWeights = std::function<at::Tensor(const std::string& name)>;
 // What attention needs besides the hidden states, for tokens [past, past + T).
 struct AttentionInputs {
   at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
+  at::Tensor cos_local, sin_local;  // Gemma 3's sliding layers' (their own rope base); else undefined
   at::Tensor mask;      // [B, 1, T, past + T]: true where a query may attend to a key
   // Packed sequences instead of a mask: one row (B = 1) holding several sequences back
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
@@ -44,7 +45,22 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
 AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
                                         const at::Device& device, at::ScalarType dtype);
 
+// The rotary tables for `positions` [B, T] (and Gemma 3's local ones) into `inputs`.
+void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype);
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The family's RMSNorm: LLaMA's (w * normed, in the input dtype) or Gemma's ((1 + w) in float32).
+at::Tensor model_norm(const ModelConfig& config, const at::Tensor& x, const at::Tensor& weight);
+// Token embeddings; Gemma scales them by sqrt(hidden_size) (in their dtype, as transformers).
+at::Tensor embed_tokens(const ModelConfig& config, const at::Tensor& weight, const at::Tensor& ids);
+at::Tensor scale_embeddings(const ModelConfig& config, const at::Tensor& embedded);
+
+// Attention of q [B, heads, T, hd] over k, v [B, kv_heads, S, hd] with the model's scale
+// (query_pre_attn_scalar) and Gemma 2's soft-capping of the scores (computed as
+// transformers' eager attention then, SDPA otherwise). `mask` [B, 1, T, S] (true: may
+// attend) or undefined; `causal`: each query up to itself.
+at::Tensor attend(const ModelConfig& config, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& mask, bool causal);
 
 // Sums a row-parallel projection's partial outputs over a tensor-parallel group, in place.
 using PartialSumReduce = std::function<void(at::Tensor&)>;
@@ -56,11 +72,12 @@ using PartialSumReduce = std::function<void(at::Tensor&)>;
 // Tensor parallelism (rollout/): `config` counts this rank's heads, the weights are its
 // slices (q/k/v, gate/up by output rows; o_proj, down_proj by input columns), and
 // `reduce` sums the o_proj and down_proj outputs over the group before each residual add.
-at::Tensor decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
+// `layer`: its index (Gemma's sliding layers take the local rotary tables).
+at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {});
 
-// Final norm and LM head (the embedding matrix when tied).
+// Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,
                      const at::Tensor& hidden);
 

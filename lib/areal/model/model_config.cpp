@@ -1,6 +1,7 @@
 #include "areal/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -12,6 +13,11 @@ namespace areal {
 namespace {
 
 using io::CheckpointError;
+
+// A boolean key; absent or null (as transformers writes unset ones) is false.
+bool flag(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_boolean() && j[key].get<bool>();
+}
 
 int64_t required_int(const nlohmann::json& j, const char* key, const std::string& source) {
   if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
@@ -38,9 +44,11 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   ModelConfig c;
   c.json_text = text;
   c.model_type = j.value("model_type", "");
-  if (c.model_type != "qwen2" && c.model_type != "qwen3" && c.model_type != "llama" && c.model_type != "mistral")
+  static const std::vector<std::string> kTypes = {"qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text"};
+  if (std::find(kTypes.begin(), kTypes.end(), c.model_type) == kTypes.end())
     throw CheckpointError(cat(source, ": model_type '", c.model_type, "' is not supported (supported: qwen2, qwen3, "
-                              "llama, mistral)", refused_family_hint(c.model_type)));
+                              "llama, mistral, gemma2, gemma3_text)", refused_family_hint(c.model_type)));
+  c.gemma = c.model_type == "gemma2" || c.model_type == "gemma3_text";
   auto refuse = [&](const std::string& what) {
     throw CheckpointError(cat(source, ": ", what, " is not supported (", c.model_type, ")"));
   };
@@ -60,12 +68,26 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
                               ") is not a multiple of num_key_value_heads (", c.num_key_value_heads, ")"));
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
   c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.tie_word_embeddings = flag(j, "tie_word_embeddings");
 
   // Rotary embedding: `rope_theta`, or the newer `rope_parameters` {rope_theta, rope_type}.
+  // Gemma 3 keys them by layer type: full_attention (rope_theta, scaling) and
+  // sliding_attention (its own base, default rope); older files: rope_local_base_freq.
   const nlohmann::json* rope = nullptr;
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) rope = &j["rope_parameters"];
   else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) rope = &j["rope_scaling"];
+  if (c.model_type == "gemma3_text") {
+    c.rope_theta = 1000000.0;
+    c.rope_local_theta = j.value("rope_local_base_freq", 10000.0);
+    if (rope && rope->contains("sliding_attention")) {
+      const nlohmann::json& local = (*rope)["sliding_attention"];
+      if (local.value("rope_type", "default") != "default")
+        throw CheckpointError(cat(source, ": a sliding_attention rope type other than default is not supported"));
+      c.rope_local_theta = local.value("rope_theta", c.rope_local_theta);
+    }
+    if (rope && rope->contains("full_attention")) rope = &(*rope)["full_attention"];
+    else if (rope && rope->contains("sliding_attention")) rope = nullptr;
+  }
   if (rope) {
     RopeScaling& r = c.rope_scaling;
     r.type = rope->value("rope_type", rope->value("type", std::string("default")));
@@ -99,22 +121,41 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   }
   if (j.contains("rope_theta") && j["rope_theta"].is_number()) c.rope_theta = j["rope_theta"].get<double>();
 
-  if (j.value("hidden_act", "silu") != "silu") refuse(cat("hidden_act '", j.value("hidden_act", ""), "'"));
-  if (j.value("mlp_bias", false)) refuse("mlp_bias=true");
-  // Sliding windows: Mistral's applies to every layer; Qwen2/3's (use_sliding_window) to
-  // the layers from max_window_layers on.
+  c.hidden_act = c.gemma ? j.value("hidden_activation", j.value("hidden_act", std::string("gelu_pytorch_tanh")))
+                         : j.value("hidden_act", std::string("silu"));
+  if (c.hidden_act != (c.gemma ? "gelu_pytorch_tanh" : "silu")) refuse(cat("hidden_act '", c.hidden_act, "'"));
+  if (flag(j, "mlp_bias")) refuse("mlp_bias=true");
+  if (c.gemma) {
+    auto number = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; };
+    c.attention_scale = 1.0 / std::sqrt(j.value("query_pre_attn_scalar", 256.0));
+    c.attn_logit_softcapping = number("attn_logit_softcapping");
+    c.final_logit_softcapping = number("final_logit_softcapping");
+    if (flag(j, "use_bidirectional_attention")) refuse("use_bidirectional_attention=true (an embedding model)");
+    // layer_types, else the older sliding_window_pattern (Gemma 3: 6) or alternation (Gemma 2).
+    const int64_t pattern = j.value("sliding_window_pattern", c.model_type == "gemma2" ? int64_t{2} : int64_t{6});
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back((i + 1) % pattern != 0);
+    if (j.contains("layer_types") && j["layer_types"].is_array()) {
+      if (static_cast<int64_t>(j["layer_types"].size()) != c.num_hidden_layers)
+        throw CheckpointError(cat(source, ": layer_types has ", j["layer_types"].size(), " entries for ",
+                                  c.num_hidden_layers, " layers"));
+      for (size_t i = 0; i < j["layer_types"].size(); ++i)
+        c.sliding_layers[i] = j["layer_types"][i].get<std::string>() == "sliding_attention";
+    }
+  }
+  // Sliding windows: Mistral's and Gemma's apply to every (Gemma: every sliding) layer;
+  // Qwen2/3's (use_sliding_window) to the layers from max_window_layers on.
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
-  const bool slides = qwen ? j.value("use_sliding_window", false) &&
+  const bool slides = qwen ? flag(j, "use_sliding_window") &&
                                  j.value("max_window_layers", c.num_hidden_layers) < c.num_hidden_layers
                            : true;
   if (slides && j.contains("sliding_window") && j["sliding_window"].is_number_integer())
     c.sliding_window = j["sliding_window"].get<int64_t>();
   if (j.value("pretraining_tp", 1) != 1) refuse("pretraining_tp other than 1");
 
-  const bool attention_bias = j.value("attention_bias", false);
+  const bool attention_bias = flag(j, "attention_bias");
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = c.model_type != "qwen2" && attention_bias;
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "gemma3_text";
   if (j.contains("dtype") && j["dtype"].is_string()) c.torch_dtype = j["dtype"];
   else if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"];
   return c;
@@ -134,7 +175,7 @@ int64_t ModelConfig::num_parameters() const {
   if (qkv_bias) attention += q + 2 * kv;
   if (o_bias) attention += hidden_size;
   if (qk_norm) attention += 2 * head_dim;
-  const int64_t layer = attention + 3 * hidden_size * intermediate_size + 2 * hidden_size;
+  const int64_t layer = attention + 3 * hidden_size * intermediate_size + (gemma ? 4 : 2) * hidden_size;
   return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + hidden_size;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace areal {
 
@@ -21,7 +22,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen2", "qwen3", "llama" or "mistral"
+  std::string model_type;  // "qwen2", "qwen3", "llama", "mistral", "gemma2" or "gemma3_text"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -41,6 +42,21 @@ struct ModelConfig {
   // use_sliding_window); 0: none. Not implemented: within it attention is the full one,
   // so the job checks accept only sequences that fit (job_inputs.cpp).
   int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;  // which layers have the window (empty: all when sliding_window > 0)
+
+  // Gemma 2 and 3: RMSNorm scales by (1 + w) in float32; the MLP is GELU-tanh; embeddings
+  // are scaled by sqrt(hidden_size); norms after the attention and the MLP outputs too
+  // (pre_feedforward_layernorm before the MLP).
+  bool gemma = false;
+  std::string hidden_act = "silu";       // or gelu_pytorch_tanh
+  double attention_scale = 0;            // query_pre_attn_scalar ** -0.5; 0: head_dim ** -0.5
+  double attn_logit_softcapping = 0;     // Gemma 2: tanh(s / c) * c on attention scores; 0: none
+  double final_logit_softcapping = 0;    // Gemma 2: the same on the logits
+  double rope_local_theta = 0;           // Gemma 3: the sliding layers' rope base (default rope); 0: none
+
+  bool layer_slides(int64_t layer) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));
+  }
   std::string torch_dtype = "float32";
   std::string json_text;  // the config.json as read, written back unchanged on save
 

@@ -14,15 +14,16 @@ std::shared_ptr<torch::nn::Module> holder(torch::nn::Module& parent, const std::
 
 }  // namespace
 
-DecoderLayer::DecoderLayer(const ModelConfig& c, const at::TensorOptions& options) : config_(c) {
+DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::TensorOptions& options)
+    : config_(c), index_(index) {
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   auto linear = [&](torch::nn::Module& parent, const std::string& name, int64_t in, int64_t out, bool bias) {
     auto m = holder(parent, name);
     m->register_parameter("weight", at::empty({out, in}, options));
     if (bias) m->register_parameter("bias", at::empty({out}, options));
   };
-  auto norm = [&](torch::nn::Module& parent, const std::string& name, int64_t dim) {
-    holder(parent, name)->register_parameter("weight", at::ones({dim}, options));
+  auto norm = [&](torch::nn::Module& parent, const std::string& name, int64_t dim) {  // Gemma's scales by 1 + w
+    holder(parent, name)->register_parameter("weight", c.gemma ? at::zeros({dim}, options) : at::ones({dim}, options));
   };
   norm(*this, "input_layernorm", c.hidden_size);
   auto attention = holder(*this, "self_attn");
@@ -35,6 +36,10 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const at::TensorOptions& option
     norm(*attention, "k_norm", c.head_dim);
   }
   norm(*this, "post_attention_layernorm", c.hidden_size);
+  if (c.gemma) {
+    norm(*this, "pre_feedforward_layernorm", c.hidden_size);
+    norm(*this, "post_feedforward_layernorm", c.hidden_size);
+  }
   auto mlp = holder(*this, "mlp");
   linear(*mlp, "gate_proj", c.hidden_size, c.intermediate_size, false);
   linear(*mlp, "up_proj", c.hidden_size, c.intermediate_size, false);
@@ -48,15 +53,16 @@ at::Tensor DecoderLayer::forward(const at::Tensor& x, const AttentionInputs& att
     auto it = weights_.find(name);
     return it == weights_.end() ? at::Tensor() : it->second;
   };
-  return decoder_layer(config_, lookup, x, attention, keys, values);
+  return decoder_layer(config_, index_, lookup, x, attention, keys, values);
 }
 
 DecoderStack::DecoderStack(const ModelConfig& c, const at::TensorOptions& options) {
   embed_tokens = holder(*this, "embed_tokens")->register_parameter("weight", at::empty({c.vocab_size, c.hidden_size}, options));
   auto list = holder(*this, "layers");
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers.push_back(list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, options)));
-  norm = holder(*this, "norm")->register_parameter("weight", at::ones({c.hidden_size}, options));
+    layers.push_back(list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, i, options)));
+  norm = holder(*this, "norm")->register_parameter(
+      "weight", c.gemma ? at::zeros({c.hidden_size}, options) : at::ones({c.hidden_size}, options));
 }
 
 CausalLM::CausalLM(const ModelConfig& config, const at::TensorOptions& options) : config_(config) {
@@ -66,7 +72,7 @@ CausalLM::CausalLM(const ModelConfig& config, const at::TensorOptions& options) 
 }
 
 at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KVCache* cache) {
-  at::Tensor h = at::embedding(model->embed_tokens, input_ids);
+  at::Tensor h = embed_tokens(config_, model->embed_tokens, input_ids);
   AttentionInputs attention = attention_inputs(config_, input_ids, attention_mask, cache, h.scalar_type());
   if (cache && cache->keys.empty()) {
     cache->keys.resize(model->layers.size());

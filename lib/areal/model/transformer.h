@@ -1,4 +1,4 @@
-// The decoder-only transformer of the Qwen2 / Qwen3 / LLaMA families, computing what
+// The decoder-only transformer of the Qwen2 / Qwen3 / LLaMA / Mistral / Gemma families, computing what
 // `transformers` computes. Parameter names are the Hugging Face names
 // (`model.layers.3.self_attn.q_proj.weight`), so loading needs no renaming table.
 //
@@ -28,11 +28,12 @@ struct KVCache {
 
 class DecoderLayer : public torch::nn::Module {
  public:
-  DecoderLayer(const ModelConfig& config, const at::TensorOptions& options);
+  DecoderLayer(const ModelConfig& config, int64_t index, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values);
 
  private:
   ModelConfig config_;
+  int64_t index_;
   std::map<std::string, at::Tensor> weights_;  // by name inside the layer; shares storage with the parameters
 };
 

@@ -89,8 +89,7 @@ at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& id
   const int64_t batch = ids.size(0);
   const CacheStep step = cache.begin(rows, counts, ids.size(1));
   AttentionInputs attention;
-  std::tie(attention.cos, attention.sin) =
-      rotary_cos_sin(step.positions, c, c10::typeMetaToScalarType(model.options().dtype()));
+  set_rotary(attention, step.positions, c, c10::typeMetaToScalarType(model.options().dtype()));
   at::Tensor h = model.embed(ids.to(device));
   for (size_t i = 0; i < static_cast<size_t>(c.num_hidden_layers); ++i) {
     attention.cached = [&cache, &step, i](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

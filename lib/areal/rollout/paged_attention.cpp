@@ -41,7 +41,8 @@ inline const float* as_float(const T* x, std::vector<float>& buffer) {
 // tokens, block by block; softmax and the weighted sum in float32.
 template <typename T>
 void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
-                        const at::Tensor& tables, const at::Tensor& lengths, at::Tensor& out) {
+                        const at::Tensor& tables, const at::Tensor& lengths, at::Tensor& out, float scale,
+                        float softcap) {
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(3);
   const int64_t block = key_pool.size(1), kv_heads = key_pool.size(2), group = heads / kv_heads;
   const int64_t max_blocks = tables.size(1);
@@ -51,7 +52,6 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
   const int64_t* table_of = tables.data_ptr<int64_t>();
   const int64_t* length_of = lengths.data_ptr<int64_t>();
   T* result = out.data_ptr<T>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
 
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> query(group * dim), sum(group * dim), buffer(dim), scores, normalizer(group);
@@ -67,6 +67,8 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
         const float* k = as_float(keys + slot(l), buffer);
         for (int64_t g = 0; g < group; ++g) scores[g * length + l] = dot(query.data() + g * dim, k, dim);
       }
+      if (softcap > 0)
+        for (float& s : scores) s = std::tanh(s / softcap) * softcap;
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * length;
         float top = s[0];
@@ -93,21 +95,25 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
 }  // namespace
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
-                                  const at::Tensor& tables, const at::Tensor& lengths, int64_t longest) {
-  if (!q.is_cpu()) return gathered_decode_attention(q, key_pool, value_pool, tables, lengths, longest);
+                                  const at::Tensor& tables, const at::Tensor& lengths, int64_t longest, double scale,
+                                  double softcap) {
+  if (!q.is_cpu()) return gathered_decode_attention(q, key_pool, value_pool, tables, lengths, longest, scale, softcap);
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   TORCH_CHECK(q.size(2) == 1 && q.size(1) % key_pool.size(2) == 0 && key_pool.is_contiguous() &&
                   value_pool.is_contiguous() && tables.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong,
               "paged_decode_attention: one query per row, heads a multiple of the key/value heads, contiguous pools");
   const at::Tensor queries = q.contiguous(), table = tables.contiguous(), length = lengths.contiguous();
   at::Tensor out = at::empty_like(queries);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
-    decode_from_blocks<scalar_t>(queries, key_pool, value_pool, table, length, out);
+    decode_from_blocks<scalar_t>(queries, key_pool, value_pool, table, length, out, static_cast<float>(scale),
+                                 static_cast<float>(softcap));
   });
   return out;
 }
 
 at::Tensor gathered_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
-                                     const at::Tensor& tables, const at::Tensor& lengths, int64_t longest) {
+                                     const at::Tensor& tables, const at::Tensor& lengths, int64_t longest, double scale,
+                                     double softcap) {
   const int64_t rows = q.size(0), block = key_pool.size(1), kv_heads = key_pool.size(2), dim = key_pool.size(3);
   const at::Tensor position = at::arange(longest, tables.options()).view({1, longest});
   const at::Tensor valid = position < lengths.view({rows, 1});
@@ -118,8 +124,15 @@ at::Tensor gathered_decode_attention(const at::Tensor& q, const at::Tensor& key_
     return pool.view({-1, kv_heads, dim}).index_select(0, slots.reshape({-1})).view({rows, longest, kv_heads, dim})
         .transpose(1, 2);
   };
-  return at::scaled_dot_product_attention(q, gather(key_pool), gather(value_pool), valid.view({rows, 1, 1, longest}),
-                                          0.0, false, std::nullopt, q.size(1) != kv_heads);
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  const at::Tensor mask = valid.view({rows, 1, 1, longest});
+  if (softcap <= 0)
+    return at::scaled_dot_product_attention(q, gather(key_pool), gather(value_pool), mask, 0.0, false, scale,
+                                            q.size(1) != kv_heads);
+  const int64_t group = q.size(1) / kv_heads;  // soft-capped scores: as transformers' eager attention
+  at::Tensor scores = at::matmul(q, gather(key_pool).repeat_interleave(group, 1).transpose(2, 3)) * scale;
+  scores = (at::tanh(scores / softcap) * softcap).masked_fill(mask.logical_not(), -INFINITY);
+  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), gather(value_pool).repeat_interleave(group, 1));
 }
 
 }  // namespace areal

@@ -3,15 +3,17 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
+#include "areal/model/functional.h"
 #include "areal/rollout/paged_attention.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 
 PagedKvCache::PagedKvCache(const RolloutModel& model, int64_t rows, int64_t row_capacity)
-    : device_(model.options().device()) {
+    : device_(model.options().device()), config_(model.config()) {
   const ModelConfig& c = model.config();
   const int64_t blocks = rows * ((row_capacity + kBlockTokens - 1) / kBlockTokens);
   // Empty, not zeros: attention reads only the tokens a row has written.
@@ -114,11 +116,12 @@ at::Tensor PagedKvCache::attend(size_t layer, const CacheStep& step, const at::T
   };
   store(key_pool, k);
   store(value_pool, v);
-  const bool gqa = q.size(1) != kv_heads;
   // A prefill's rows were empty: each query attends to its own row's tokens up to
   // itself, and a row's padding comes after its real tokens, so no real query sees it.
-  if (step.prefill) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-  return paged_decode_attention(q, key_pool, value_pool, step.tables, step.lengths, step.longest);
+  if (step.prefill) return areal::attend(config_, q, k, v, {}, /*causal=*/true);
+  const double scale = config_.attention_scale > 0 ? config_.attention_scale : 1.0 / std::sqrt(double(dim));
+  return paged_decode_attention(q, key_pool, value_pool, step.tables, step.lengths, step.longest, scale,
+                                config_.attn_logit_softcapping);
 }
 
 }  // namespace areal

@@ -57,6 +57,7 @@ class PagedKvCache {
 
  private:
   at::Device device_;
+  ModelConfig config_;                       // the attention's scale and soft-capping
   std::vector<at::Tensor> keys_, values_;    // per layer
   std::vector<int64_t> free_blocks_;         // a stack
   std::vector<std::vector<int64_t>> tables_;  // per row

@@ -140,13 +140,13 @@ std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
 void RolloutModel::all_reduce(at::Tensor& t) { group_->all_reduce(t, ReduceOp::Sum); }
 
 at::Tensor RolloutModel::embed(const at::Tensor& ids) {
-  if (tensor_parallel_ == 1) return at::embedding(embed_, ids);
+  if (tensor_parallel_ == 1) return embed_tokens(config_, embed_, ids);
   // Each rank looks up the ids in its rows (zeros for the others); the sum has every row.
   at::Tensor local = ids - vocab_begin_;
   at::Tensor mine = ((local >= 0) & (local < vocab_rows_)).unsqueeze(-1).to(embed_.scalar_type());
   at::Tensor hidden = at::embedding(embed_, local.clamp(0, vocab_rows_ - 1)) * mine;
   all_reduce(hidden);
-  return hidden;
+  return scale_embeddings(config_, hidden);
 }
 
 at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention) {
@@ -158,7 +158,8 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   PartialSumReduce reduce;
   if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
   at::Tensor unused_keys, unused_values;  // the cache keeps them
-  return decoder_layer(local_, lookup, hidden, attention, unused_keys, unused_values, 0.0, reduce);
+  return decoder_layer(local_, static_cast<int64_t>(i), lookup, hidden, attention, unused_keys, unused_values, 0.0,
+                       reduce);
 }
 
 at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {
