@@ -67,6 +67,30 @@ TEST_CASE("model: logits match transformers for Qwen2, Qwen3, LLaMA, Mistral and
   }
 }
 
+TEST_CASE("model: bfloat16 logits match transformers' bfloat16 run", "[model][parity][bf16]") {
+  // Our bfloat16 forward against transformers' bfloat16 forward of the same weights. The
+  // two differ by rounding order (kernels, fused ops) at the level of bfloat16's own
+  // error, so the checks are: within bfloat16's error of each other (relative to the
+  // logits' scale, 2^-6 for 8 significant bits over a few layers), and as close to the
+  // float32 logits as transformers' bfloat16 is (a wrong cast, say a norm weighted in
+  // bfloat16 or rotary tables rounded early, moves them further).
+  for (const auto& name : kModels) {
+    INFO(name);
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kBFloat16);
+    io::SafetensorsReader reference(kFixtures + "/" + name + "/reference.safetensors");
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model->forward(reference.read("input_ids")).to(at::kFloat);
+    const at::Tensor want = reference.read("logits_bf16"), fp32 = reference.read("logits");
+    const double scale = want.abs().max().item<double>();
+    const double ours_vs_theirs = max_diff(logits, want), ours_vs_fp32 = max_diff(logits, fp32);
+    const double theirs_vs_fp32 = max_diff(want, fp32);
+    INFO("max |logit| " << scale << "; ours vs transformers' bf16 " << ours_vs_theirs << "; vs fp32: ours "
+                        << ours_vs_fp32 << ", transformers' " << theirs_vs_fp32);
+    CHECK(ours_vs_theirs < scale / 64);
+    CHECK(ours_vs_fp32 < 1.5 * theirs_vs_fp32);
+  }
+}
+
 TEST_CASE("model: rope scaling written with the older rope_scaling/type keys gives the same logits", "[model][parity]") {
   // transformers before version 5 wrote {"rope_scaling": {"type": "linear", ...}} beside
   // rope_theta; the same model must come out.
