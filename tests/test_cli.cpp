@@ -42,6 +42,37 @@ TEST_CASE("all three override spellings give the same config", "[cli]") {
   }
 }
 
+TEST_CASE("AReaL's spellings work on the command line exactly as in YAML", "[cli]") {
+  // actor.fsdp.memory_efficient_load is AReaL's spelling of the headline flag; actor.path
+  // and actor.optimizer.lr are how AReaL users override a config; launcher.* is ignored.
+  const std::string yaml =
+      "actor:\n  path: /models/qwen\n  fsdp:\n    memory_efficient_load: true\n  optimizer:\n    lr: 0.25\n"
+      "launcher:\n  trainer_port: 1234\n";
+  const Config from_yaml = load_config_text(yaml, "areal.yaml", {});
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--actor.path", "/models/qwen", "--actor.fsdp.memory_efficient_load", "true", "--actor.optimizer.lr", "0.25",
+            "--launcher.trainer_port", "1234"},
+           {"actor.path=/models/qwen", "actor.fsdp.memory_efficient_load=true", "actor.optimizer.lr=0.25",
+            "launcher.trainer_port=1234"},
+           {"--actor.path=/models/qwen", "--actor.fsdp.memory_efficient_load=true", "--actor.optimizer.lr=0.25",
+            "--launcher.trainer_port=1234"},
+       }) {
+    INFO(args[0]);
+    Config cfg = load_config("", parse(args).overrides);
+    CHECK(cfg.model_path == "/models/qwen");
+    CHECK(cfg.fsdp.memory_efficient_load);
+    CHECK(cfg.optimizer.lr == 0.25);
+    CHECK(cfg.model_path == from_yaml.model_path);
+    CHECK(cfg.fsdp.memory_efficient_load == from_yaml.fsdp.memory_efficient_load);
+    REQUIRE(cfg.ignored_keys.size() == 1);  // ignored with the same reason (YAML names the section)
+    CHECK_THAT(cfg.ignored_keys[0], Contains("launcher.trainer_port: mpirun or srun starts the ranks"));
+    CHECK_THAT(from_yaml.ignored_keys.at(0), Contains("launcher: mpirun or srun starts the ranks"));
+  }
+  CHECK_THAT(error_of({"--actor.path", "/a", "--model_path", "/b"}),
+             Contains("option 'model_path' given twice (as 'model_path' and 'actor.path')"));
+  CHECK_THAT(error_of({"--actor.path"}), Contains("'actor.path' needs a value"));
+}
+
 TEST_CASE("an empty value (key= or --key=) sets the option to empty, not to the next argument", "[cli]") {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"valid_dataset.path=", "model_path=", "optimizer.lr=0.5"},

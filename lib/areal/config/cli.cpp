@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "areal/config/areal_compat.h"
 #include "areal/config/schema.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
@@ -41,6 +42,39 @@ std::string key_of(const std::string& arg) {
   return key.substr(0, key.find('='));
 }
 
+// AReaL's spellings (`actor.path`, `actor.fsdp.memory_efficient_load`) and its keys that
+// areal-train ignores or refuses are not CLI11 options: take them out of `args` as
+// overrides, which the loader maps exactly as it maps the same keys in a YAML file.
+std::vector<Override> take_areal_spellings(std::vector<std::string>& args) {
+  std::vector<Override> taken;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!starts_with(arg, "--") || arg.size() <= 2) {
+      rest.push_back(arg);
+      continue;
+    }
+    const std::string key = key_of(arg);
+    const bool areal = !find_option(key) && (find_option(canonical_option_name(key)) ||
+                                             !ignored_areal_key_reason(key).empty() ||
+                                             !refused_areal_key_reason(key).empty());
+    if (!areal) {
+      rest.push_back(arg);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      taken.push_back({key, arg.substr(eq + 1)});
+    } else if (i + 1 < args.size()) {
+      taken.push_back({key, args[++i]});
+    } else {
+      throw ConfigError(cat("command line: '", key, "' needs a value"));
+    }
+  }
+  args = std::move(rest);
+  return taken;
+}
+
 }  // namespace
 
 CommandLine parse_command_line(int argc, const char* const* argv) {
@@ -72,6 +106,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   }
 
   std::vector<std::string> args = normalize_arguments(argc, argv);
+  const std::vector<Override> areal_spellings = take_areal_spellings(args);
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments reversed
   try {
     app.parse(args);
@@ -97,6 +132,15 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   // among different options does not change the result.
   for (const auto& [name, opt] : options)
     if (opt->count() > 0) result.overrides.push_back({name, values[name]});
+  // The same option under two spellings is given twice, as CLI11 says for one spelling.
+  for (const Override& o : areal_spellings) {
+    const std::string name = canonical_option_name(o.key);
+    for (const Override& other : result.overrides)
+      if (canonical_option_name(other.key) == name && find_option(name))
+        throw ConfigError(cat("command line: option '", name, "' given twice (as '", other.key, "' and '", o.key,
+                              "')"));
+    result.overrides.push_back(o);
+  }
   return result;
 }
 
