@@ -36,7 +36,14 @@ std::vector<std::vector<int64_t>> prompts() { return {{5, 17, 3}, {40, 2, 9, 11,
 }  // namespace
 
 TEST_CASE("generation: greedy with the cache equals step-by-step argmax of the full forward", "[rl][generation]") {
-  auto model = load_causal_lm(kModel, at::kFloat);
+  // The paged prefill and decode (generation) against the model's own full forward:
+  // also for Gemma 2's soft-capped attention and sliding windows of 4 tokens (the
+  // prompts and answers outgrow them), whose forward matches transformers (test_model).
+  for (const std::string& path : {kModel, source_path("tests/fixtures/models/gemma2"),
+                                  source_path("tests/fixtures/models/mistral_window"),
+                                  source_path("tests/fixtures/models/gemma3_window")}) {
+  INFO(path);
+  auto model = load_causal_lm(path, at::kFloat);
   SamplingParams p;
   p.greedy = true;
   p.max_new_tokens = 8;
@@ -49,6 +56,7 @@ TEST_CASE("generation: greedy with the cache equals step-by-step argmax of the f
     REQUIRE(out[r].logprobs.size() == logprobs.size());
     for (size_t k = 0; k < logprobs.size(); ++k) CHECK(out[r].logprobs[k] == Approx(logprobs[k]).margin(1e-4));
     CHECK(out[r].truncated);
+  }
   }
 }
 

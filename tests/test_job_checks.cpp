@@ -36,8 +36,7 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
                             << R"({"question": "2+2=", "answer": "4"})" "\n"
                             << R"({"question": "3+3=", "answer": "6"})" "\n";
   const std::string rl = " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() + " ";
-  // The smoke model with a config.json edit: a sliding window of 8 tokens on layer 1 on,
-  // and a mixture-of-experts model type.
+  // The smoke model with a config.json edit: a mixture-of-experts model type.
   using Edits = std::vector<std::pair<std::string, std::string>>;
   auto edited_model = [&](const std::string& name, const Edits& edits) {
     const fs::path dir = root / name;
@@ -48,9 +47,6 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
     std::ofstream(dir / "config.json") << text;
     return dir.string();
   };
-  const std::string windowed = edited_model("windowed", {{"\"use_sliding_window\": false", "\"use_sliding_window\": true"},
-                                                         {"\"max_window_layers\": 28", "\"max_window_layers\": 1"},
-                                                         {"\"sliding_window\": null", "\"sliding_window\": 8"}});
   const std::string moe = edited_model("moe", {{"\"model_type\": \"qwen2\"", "\"model_type\": \"qwen3_moe\""}});
   const std::string sft = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                           " --cluster.fileroot " + root.string() + " ";
@@ -71,10 +67,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "plus gconfig.max_new_tokens (250) is"},
       {"a huge max_new_tokens (the evaluation once hung on it)", rl + "gconfig.max_new_tokens=100000",
        "max_position_embeddings (256)"},
-      {"answers past a sliding window", rl + "model_path=" + windowed + " gconfig.max_new_tokens=8",
-       "tokens, more than the model's sliding attention window (8 tokens"},
       {"a mixture-of-experts model (exit 2, as every config error)", rl + "model_path=" + moe,
-       "model_type 'qwen3_moe' is not supported (supported: qwen2, qwen3, llama, mistral); mixture-of-experts"},
+       "model_type 'qwen3_moe' is not supported (supported: qwen2, qwen3, llama, mistral, gemma2, gemma3_text); "
+       "mixture-of-experts"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

@@ -24,7 +24,7 @@ namespace {
 const std::string kFixtures = source_path("tests/fixtures/models");
 const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",      "llama",  "llama_mha_bias",
                                           "llama31",    "qwen2_linear", "qwen2_yarn", "mistral", "gemma2",
-                                          "gemma3_text"};
+                                          "gemma3_text", "mistral_window", "gemma3_window", "qwen2_window"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
@@ -113,7 +113,8 @@ TEST_CASE("model: rope scaling written with the older rope_scaling/type keys giv
 TEST_CASE("model: prefill then one token at a time gives the full forward's logits", "[model][cache]") {
   at::NoGradGuard no_grad;
   // The rope-scaled ones decode past their original_max_position_embeddings.
-  for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn", "mistral", "gemma2", "gemma3_text"}) {
+  for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn", "mistral", "gemma2", "gemma3_text",
+                           "mistral_window", "gemma3_window", "qwen2_window"}) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
     at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");

@@ -45,9 +45,10 @@ int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
 TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole model's", "[mpi][rollout]") {
   // qwen2_yarn: rope-scaled (YaRN, with its factor on cos and sin), generating past its
   // original_max_position_embeddings (16).
-  // gemma2: soft-capped attention in the paged decode kernel; gemma3_text: local rope.
-  for (const auto& name :
-       {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2", "gemma3_text"}) {
+  // gemma2: soft-capped attention in the paged decode kernel; gemma3_text: local rope;
+  // *_window: sliding windows of 4 tokens in the prefill and the paged decode.
+  for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2",
+                           "gemma3_text", "mistral_window", "gemma3_window"}) {
     const std::string path = kFixtures + "/" + name;
     auto whole = load_causal_lm(path, at::kFloat);
     const ModelConfig& c = whole->config();

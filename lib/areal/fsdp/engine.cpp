@@ -61,6 +61,7 @@ struct UnitCall {
     d["cos_local"] = attention.cos_local;
     d["sin_local"] = attention.sin_local;
     d["mask"] = attention.mask;
+    d["mask_local"] = attention.mask_local;
     d["sequence_starts"] = attention.sequence_starts;
   }
   static UnitCall load(torch::autograd::AutogradContext* ctx) {
@@ -79,6 +80,7 @@ struct UnitCall {
     call.attention.cos_local = d.at("cos_local").toTensor();
     call.attention.sin_local = d.at("sin_local").toTensor();
     call.attention.mask = d.at("mask").toTensor();
+    call.attention.mask_local = d.at("mask_local").toTensor();
     call.attention.sequence_starts = d.at("sequence_starts").toTensor();
     return call;
   }

@@ -26,15 +26,6 @@ auto loaded_for(const std::string& option, Load&& load) {
   }
 }
 
-// A sequence longer than the model's sliding attention window would need the window
-// (not implemented); within it, attention is the full one and the model is exact.
-void check_sliding_window(const ModelConfig& model, int64_t tokens, const std::string& what, const std::string& fix) {
-  if (model.sliding_window > 0 && tokens > model.sliding_window)
-    throw ConfigError(cat(what, " is ", tokens, " tokens, more than the model's sliding attention window (",
-                          model.sliding_window, " tokens, config.json sliding_window), which areal-train does not "
-                          "implement; within the window attention is exact: ", fix));
-}
-
 // `trainers`: the ranks that train (the world, or actor.backend's with separate
 // generation ranks).
 void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work) {
@@ -126,9 +117,6 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
                             "max_position_embeddings (", model.max_position_embeddings,
                             "): lower gconfig.max_new_tokens or set ", option.substr(0, option.find('.')),
                             ".max_length"));
-    check_sliding_window(model, needed, cat("the longest prompt of ", option, " (", longest,
-                                            " tokens) plus gconfig.max_new_tokens (", in.sampling.max_new_tokens, ")"),
-                         cat("lower gconfig.max_new_tokens or set ", option.substr(0, option.find('.')), ".max_length"));
   };
   check_positions(*in.train, "train_dataset.path");
   if (in.valid) check_positions(*in.valid, "valid_dataset.path");
@@ -175,14 +163,6 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
     });
     if (in.valid->size() == 0)
       throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
-  }
-  for (const auto* data : {in.train.get(), in.valid.get()}) {
-    if (!data) continue;
-    size_t longest = 0;
-    for (size_t i = 0; i < data->size(); ++i) longest = std::max(longest, data->sequence(i).ids.size());
-    const std::string option = data == in.train.get() ? "train_dataset" : "valid_dataset";
-    check_sliding_window(model, static_cast<int64_t>(longest), cat("the longest sequence of ", option, ".path"),
-                         cat("set ", option, ".max_length"));
   }
   check_batch_size(cfg, me.world_size, "trains on");
   in.schedule = training_schedule(cfg, me.world_size, in.train->size(), "sequences");

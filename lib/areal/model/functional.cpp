@@ -30,6 +30,8 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
   AttentionInputs inputs;
   set_rotary(inputs, positions, config, dtype);
   inputs.mask = mask;
+  if (config.sliding_window > 0)  // keys in (query - window, query], by index as transformers counts
+    inputs.mask_local = mask & (query_index - key_index < config.sliding_window);
   return inputs;
 }
 
@@ -81,7 +83,14 @@ at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at
 }
 
 at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& mask, bool causal) {
+                  const at::Tensor& mask, bool causal, int64_t window) {
+  if (causal && window > 0 && k.size(2) > window) {  // causal within the window: an explicit mask
+    const int64_t t = q.size(2), s = k.size(2);
+    const at::Tensor query = at::arange(s - t, s, q.options().dtype(at::kLong)).view({t, 1});
+    const at::Tensor key = at::arange(s, q.options().dtype(at::kLong)).view({1, s});
+    at::Tensor windowed = ((key <= query) & (query - key < window)).view({1, 1, t, s});
+    return attend(c, q, k, v, mask.defined() ? mask & windowed : windowed, /*causal=*/false);
+  }
   const bool gqa = q.size(1) != k.size(1);
   const std::optional<double> scale = c.attention_scale > 0 ? std::optional<double>(c.attention_scale) : std::nullopt;
   if (c.attn_logit_softcapping <= 0) {
@@ -127,6 +136,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
     k = model_norm(c, k, w("self_attn.k_norm.weight"));
   }
   const bool local = attention.cos_local.defined() && !c.sliding_layers.empty() && c.sliding_layers.at(layer);
+  const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
   const at::Tensor& cos = local ? attention.cos_local : attention.cos;
   const at::Tensor& sin = local ? attention.sin_local : attention.sin;
   q = apply_rotary(q.transpose(1, 2), cos, sin);
@@ -142,13 +152,14 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
     for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
       const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
       parts.push_back(attend(c, q.narrow(2, begin, n), k.narrow(2, begin, n), v.narrow(2, begin, n), {},
-                             /*causal=*/true));
+                             /*causal=*/true, window));
     }
     attended = at::cat(parts, 2);
   } else {
     keys = keys.defined() ? at::cat({keys, k}, 2) : k;
     values = values.defined() ? at::cat({values, v}, 2) : v;
-    attended = attend(c, q, keys, values, attention.mask, /*causal=*/false);
+    const bool windowed = window > 0 && attention.mask_local.defined();
+    attended = attend(c, q, keys, values, windowed ? attention.mask_local : attention.mask, /*causal=*/false);
   }
   at::Tensor attention_out = linear(attended.transpose(1, 2).reshape({batch, length, heads * head_dim}), "self_attn.o_proj");
   if (reduce) reduce(attention_out);

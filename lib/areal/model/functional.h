@@ -24,6 +24,7 @@ struct AttentionInputs {
   at::Tensor cos, sin;  // rotary tables [B, T, head_dim] in the compute dtype
   at::Tensor cos_local, sin_local;  // Gemma 3's sliding layers' (their own rope base); else undefined
   at::Tensor mask;      // [B, 1, T, past + T]: true where a query may attend to a key
+  at::Tensor mask_local;  // the same within the sliding window, for the sliding layers (else undefined)
   // Packed sequences instead of a mask: one row (B = 1) holding several sequences back
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
   // causally within itself and never across.
@@ -58,9 +59,10 @@ at::Tensor scale_embeddings(const ModelConfig& config, const at::Tensor& embedde
 // Attention of q [B, heads, T, hd] over k, v [B, kv_heads, S, hd] with the model's scale
 // (query_pre_attn_scalar) and Gemma 2's soft-capping of the scores (computed as
 // transformers' eager attention then, SDPA otherwise). `mask` [B, 1, T, S] (true: may
-// attend) or undefined; `causal`: each query up to itself.
+// attend) or undefined; `causal`: each query up to itself, and with `window` > 0 only to
+// the window's last keys (k > q - window, transformers' sliding window; q, k of one sequence).
 at::Tensor attend(const ModelConfig& config, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& mask, bool causal);
+                  const at::Tensor& mask, bool causal, int64_t window = 0);
 
 // Sums a row-parallel projection's partial outputs over a tensor-parallel group, in place.
 using PartialSumReduce = std::function<void(at::Tensor&)>;

@@ -145,11 +145,18 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   // Sliding windows: Mistral's and Gemma's apply to every (Gemma: every sliding) layer;
   // Qwen2/3's (use_sliding_window) to the layers from max_window_layers on.
   const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
-  const bool slides = qwen ? flag(j, "use_sliding_window") &&
-                                 j.value("max_window_layers", c.num_hidden_layers) < c.num_hidden_layers
-                           : true;
+  const bool slides = qwen ? flag(j, "use_sliding_window") : true;
   if (slides && j.contains("sliding_window") && j["sliding_window"].is_number_integer())
     c.sliding_window = j["sliding_window"].get<int64_t>();
+  if (qwen && c.sliding_window > 0) {  // layer_types, else the layers from max_window_layers on
+    const int64_t first = j.value("max_window_layers", c.num_hidden_layers);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back(i >= first);
+    if (j.contains("layer_types") && j["layer_types"].is_array() &&
+        static_cast<int64_t>(j["layer_types"].size()) == c.num_hidden_layers)
+      for (size_t i = 0; i < j["layer_types"].size(); ++i)
+        c.sliding_layers[i] = j["layer_types"][i].get<std::string>() == "sliding_attention";
+    if (std::none_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](bool b) { return b; })) c.sliding_window = 0;
+  }
   if (j.value("pretraining_tp", 1) != 1) refuse("pretraining_tp other than 1");
 
   const bool attention_bias = flag(j, "attention_bias");

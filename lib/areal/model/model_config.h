@@ -38,9 +38,9 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2 always; LLaMA and Qwen3 with attention_bias
   bool o_bias = false;    // LLaMA and Qwen3 with attention_bias
   bool qk_norm = false;   // Qwen3: RMSNorm on each head of q and k
-  // Tokens a query attends back to in some layers (Mistral's sliding_window, Qwen2's
-  // use_sliding_window); 0: none. Not implemented: within it attention is the full one,
-  // so the job checks accept only sequences that fit (job_inputs.cpp).
+  // Tokens a query attends back to, itself included, in the sliding layers (Mistral's
+  // sliding_window on every layer, Gemma's sliding layers, Qwen2's use_sliding_window from
+  // max_window_layers on); 0: none.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;  // which layers have the window (empty: all when sliding_window > 0)
 

@@ -42,7 +42,7 @@ inline const float* as_float(const T* x, std::vector<float>& buffer) {
 template <typename T>
 void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
                         const at::Tensor& tables, const at::Tensor& lengths, at::Tensor& out, float scale,
-                        float softcap) {
+                        float softcap, int64_t window) {
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(3);
   const int64_t block = key_pool.size(1), kv_heads = key_pool.size(2), group = heads / kv_heads;
   const int64_t max_blocks = tables.size(1);
@@ -56,9 +56,14 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> query(group * dim), sum(group * dim), buffer(dim), scores, normalizer(group);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / kv_heads, j = item % kv_heads, length = length_of[b];
+      // A sliding layer reads the row's last `window` tokens: positions first .. end - 1.
+      const int64_t b = item / kv_heads, j = item % kv_heads, end = length_of[b];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, end - window) : 0, length = end - first;
       const int64_t* table = table_of + b * max_blocks;
-      auto slot = [&](int64_t l) { return ((table[l / block] * block + l % block) * kv_heads + j) * dim; };
+      auto slot = [&](int64_t l) {
+        l += first;
+        return ((table[l / block] * block + l % block) * kv_heads + j) * dim;
+      };
       const T* q_group = queries + (b * heads + j * group) * dim;  // the group's query heads, contiguous
       for (int64_t x = 0; x < group * dim; ++x) query[x] = static_cast<float>(q_group[x]) * scale;
 
@@ -96,8 +101,9 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
                                   const at::Tensor& tables, const at::Tensor& lengths, int64_t longest, double scale,
-                                  double softcap) {
-  if (!q.is_cpu()) return gathered_decode_attention(q, key_pool, value_pool, tables, lengths, longest, scale, softcap);
+                                  double softcap, int64_t window) {
+  if (!q.is_cpu())
+    return gathered_decode_attention(q, key_pool, value_pool, tables, lengths, longest, scale, softcap, window);
   if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   TORCH_CHECK(q.size(2) == 1 && q.size(1) % key_pool.size(2) == 0 && key_pool.is_contiguous() &&
                   value_pool.is_contiguous() && tables.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong,
@@ -106,17 +112,18 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_poo
   at::Tensor out = at::empty_like(queries);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
     decode_from_blocks<scalar_t>(queries, key_pool, value_pool, table, length, out, static_cast<float>(scale),
-                                 static_cast<float>(softcap));
+                                 static_cast<float>(softcap), window);
   });
   return out;
 }
 
 at::Tensor gathered_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
                                      const at::Tensor& tables, const at::Tensor& lengths, int64_t longest, double scale,
-                                     double softcap) {
+                                     double softcap, int64_t window) {
   const int64_t rows = q.size(0), block = key_pool.size(1), kv_heads = key_pool.size(2), dim = key_pool.size(3);
   const at::Tensor position = at::arange(longest, tables.options()).view({1, longest});
-  const at::Tensor valid = position < lengths.view({rows, 1});
+  at::Tensor valid = position < lengths.view({rows, 1});
+  if (window > 0) valid = valid & (position >= lengths.view({rows, 1}) - window);
   // Positions past a row's length read its token 0 (always written) and are masked.
   const at::Tensor p = at::where(valid, position, at::zeros_like(position));
   const at::Tensor slots = tables.gather(1, p.div(block, "floor")) * block + p.remainder(block);

@@ -15,17 +15,18 @@ namespace areal {
 // q [B, heads, 1, head_dim]; tables [B, max_blocks] and lengths [B] (int64, on q's
 // device; row b attends to its first lengths[b] tokens, lengths[b] >= 1); `longest` is
 // the largest length. Scores are q.k * scale (default head_dim ** -0.5), soft-capped as
-// tanh(s / softcap) * softcap when softcap > 0 (Gemma 2). Returns [B, heads, 1, head_dim]
+// tanh(s / softcap) * softcap when softcap > 0 (Gemma 2); with window > 0 a row attends to
+// its last `window` tokens only (a sliding layer). Returns [B, heads, 1, head_dim]
 // in q's dtype. On the CPU a kernel reads the blocks in place; on other devices the
 // rows' keys and values are gathered into one contiguous tensor first (until a device
 // kernel exists).
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
                                   const at::Tensor& tables, const at::Tensor& lengths, int64_t longest,
-                                  double scale = 0, double softcap = 0);
+                                  double scale = 0, double softcap = 0, int64_t window = 0);
 
 // The gathering form on any device: the reference the kernel is tested against.
 at::Tensor gathered_decode_attention(const at::Tensor& q, const at::Tensor& key_pool, const at::Tensor& value_pool,
                                      const at::Tensor& tables, const at::Tensor& lengths, int64_t longest,
-                                     double scale = 0, double softcap = 0);
+                                     double scale = 0, double softcap = 0, int64_t window = 0);
 
 }  // namespace areal

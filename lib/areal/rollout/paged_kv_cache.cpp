@@ -118,10 +118,11 @@ at::Tensor PagedKvCache::attend(size_t layer, const CacheStep& step, const at::T
   store(value_pool, v);
   // A prefill's rows were empty: each query attends to its own row's tokens up to
   // itself, and a row's padding comes after its real tokens, so no real query sees it.
-  if (step.prefill) return areal::attend(config_, q, k, v, {}, /*causal=*/true);
+  const int64_t window = config_.layer_slides(static_cast<int64_t>(layer)) ? config_.sliding_window : 0;
+  if (step.prefill) return areal::attend(config_, q, k, v, {}, /*causal=*/true, window);
   const double scale = config_.attention_scale > 0 ? config_.attention_scale : 1.0 / std::sqrt(double(dim));
   return paged_decode_attention(q, key_pool, value_pool, step.tables, step.lengths, step.longest, scale,
-                                config_.attn_logit_softcapping);
+                                config_.attn_logit_softcapping, window);
 }
 
 }  // namespace areal
