@@ -24,7 +24,8 @@ namespace {
 const std::string kFixtures = source_path("tests/fixtures/models");
 const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",      "llama",  "llama_mha_bias",
                                           "llama31",    "qwen2_linear", "qwen2_yarn", "mistral", "gemma2",
-                                          "gemma3_text", "mistral_window", "gemma3_window", "qwen2_window"};
+                                          "gemma3_text", "mistral_window", "gemma3_window", "qwen2_window",
+                                          "llama_dynamic"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
@@ -210,7 +211,7 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
     CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
                  return std::regex_replace(t, std::regex("\"rope_type\": \"default\""), "\"rope_type\": \"longrope\"");
                })),
-               Contains("rope type 'longrope' is not supported (default, linear, llama3, yarn)"));
+               Contains("rope type 'longrope' is not supported (default, linear, llama3, yarn, dynamic)"));
     CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
                  return std::regex_replace(t, std::regex("\"mlp_bias\": false"), "\"mlp_bias\": true");
                })),

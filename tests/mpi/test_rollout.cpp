@@ -48,7 +48,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
   // gemma2: soft-capped attention in the paged decode kernel; gemma3_text: local rope;
   // *_window: sliding windows of 4 tokens in the prefill and the paged decode.
   for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2",
-                           "gemma3_text", "mistral_window", "gemma3_window"}) {
+                           "gemma3_text", "mistral_window", "gemma3_window", "llama_dynamic"}) {
     const std::string path = kFixtures + "/" + name;
     auto whole = load_causal_lm(path, at::kFloat);
     const ModelConfig& c = whole->config();

@@ -111,7 +111,9 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   // (rotary positions past it were never trained; nothing would say so).
   auto check_positions = [&](const PromptDataset& data, const std::string& option) {
     const int64_t longest = longest_prompt(data), needed = longest + in.sampling.max_new_tokens;
-    if (model.max_position_embeddings > 0 && needed > model.max_position_embeddings)
+    // Dynamic NTK rope is made to reach past it.
+    if (model.max_position_embeddings > 0 && needed > model.max_position_embeddings &&
+        model.rope_scaling.type != "dynamic")
       throw ConfigError(cat("the longest prompt of ", option, " (", longest, " tokens) plus gconfig.max_new_tokens (",
                             in.sampling.max_new_tokens, ") is ", needed, " positions, more than the model's ",
                             "max_position_embeddings (", model.max_position_embeddings,

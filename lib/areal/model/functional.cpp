@@ -38,19 +38,22 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
 AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
                                         const at::Device& device, at::ScalarType dtype) {
   std::vector<int64_t> starts = {0};
-  std::vector<at::Tensor> positions;
+  std::vector<at::Tensor> positions, sequence_lengths;
   for (int64_t length : lengths) {
     starts.push_back(starts.back() + length);
     positions.push_back(at::arange(length, at::kLong));
+    sequence_lengths.push_back(at::full({length}, length, at::kLong));
   }
   AttentionInputs inputs;
-  set_rotary(inputs, at::cat(positions).view({1, -1}).to(device), config, dtype);
+  set_rotary(inputs, at::cat(positions).view({1, -1}).to(device), config, dtype,
+             at::cat(sequence_lengths).view({1, -1}));
   inputs.sequence_starts = at::tensor(starts, at::kLong);
   return inputs;
 }
 
-void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype) {
-  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config, dtype);
+void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype,
+                const at::Tensor& sequence_lengths) {
+  std::tie(inputs.cos, inputs.sin) = rotary_cos_sin(positions, config, dtype, sequence_lengths);
   if (config.rope_local_theta > 0) {
     ModelConfig local = config;
     local.rope_theta = config.rope_local_theta;

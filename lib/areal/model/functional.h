@@ -47,7 +47,8 @@ AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::ve
                                         const at::Device& device, at::ScalarType dtype);
 
 // The rotary tables for `positions` [B, T] (and Gemma 3's local ones) into `inputs`.
-void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype);
+void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype,
+                const at::Tensor& sequence_lengths = {});
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // The family's RMSNorm: LLaMA's (w * normed, in the input dtype) or Gemma's ((1 + w) in float32).

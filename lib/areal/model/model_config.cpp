@@ -91,8 +91,9 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   if (rope) {
     RopeScaling& r = c.rope_scaling;
     r.type = rope->value("rope_type", rope->value("type", std::string("default")));
-    if (r.type != "default" && r.type != "linear" && r.type != "llama3" && r.type != "yarn")
-      throw CheckpointError(cat(source, ": rope type '", r.type, "' is not supported (default, linear, llama3, yarn)"));
+    if (r.type != "default" && r.type != "linear" && r.type != "llama3" && r.type != "yarn" && r.type != "dynamic")
+      throw CheckpointError(cat(source, ": rope type '", r.type,
+                                "' is not supported (default, linear, llama3, yarn, dynamic)"));
     auto number = [&](const char* key, double fallback) {
       return rope->contains(key) && (*rope)[key].is_number() ? (*rope)[key].get<double>() : fallback;
     };

@@ -10,7 +10,8 @@ namespace areal {
 // Rotary scaling as transformers' rope_parameters (or the older rope_scaling) name it:
 // "default", "linear" (positions divided by factor), "llama3" (Llama 3.1+: low
 // frequencies divided by factor, a smooth ramp between) or "yarn" (NTK-by-parts with an
-// attention factor on cos and sin). rotary.h turns it into frequencies.
+// attention factor on cos and sin) or "dynamic" (NTK: the base grows with the longest
+// position past max_position_embeddings). rotary.h turns it into frequencies.
 struct RopeScaling {
   std::string type = "default";
   double factor = 1;

@@ -20,11 +20,17 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 
 }  // namespace
 
-at::Tensor rope_inverse_frequencies(const ModelConfig& c) {
+at::Tensor rope_inverse_frequencies(const ModelConfig& c, int64_t seq_len) {
   const int64_t dim = c.head_dim;
   const RopeScaling& r = c.rope_scaling;
   at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / dim;
-  at::Tensor pos_freqs = at::pow(c.rope_theta, exponent);
+  double base = c.rope_theta;
+  if (r.type == "dynamic") {  // NTK: a larger base once the call reaches past max_position_embeddings
+    const double context = static_cast<double>(c.max_position_embeddings);
+    const double length = std::max(static_cast<double>(seq_len), context);
+    base *= std::pow(r.factor * length / context - (r.factor - 1), static_cast<double>(dim) / (dim - 2));
+  }
+  at::Tensor pos_freqs = at::pow(base, exponent);
   at::Tensor inv_freq = 1.0 / pos_freqs;  // [head_dim / 2]
   if (r.type == "linear") return inv_freq / r.factor;
   if (r.type == "llama3") {
@@ -65,10 +71,29 @@ double rope_attention_scaling(const ModelConfig& c) {
 }
 
 std::pair<at::Tensor, at::Tensor> rotary_cos_sin(const at::Tensor& positions, const ModelConfig& config,
-                                                 at::ScalarType dtype) {
+                                                 at::ScalarType dtype, const at::Tensor& sequence_lengths) {
   auto f32 = positions.options().dtype(at::kFloat);
-  const at::Tensor inv_freq = rope_inverse_frequencies(config).to(positions.device());
-  at::Tensor freqs = positions.to(f32).unsqueeze(-1) * inv_freq;  // [B, T, head_dim / 2]
+  at::Tensor freqs;  // [B, T, head_dim / 2]
+  if (config.rope_scaling.type == "dynamic" && positions.numel() > 0) {
+    // Dynamic NTK, per sequence: each token's frequencies for its sequence's length (its
+    // row's longest position + 1 unless given), as transformers computes them for that
+    // sequence alone; one table per distinct length.
+    const at::Tensor lengths = (sequence_lengths.defined()
+                                    ? sequence_lengths
+                                    : std::get<0>(positions.max(1, /*keepdim=*/true)).add(1).expand_as(positions))
+                                   .to(at::kCPU, at::kLong).contiguous();
+    const at::Tensor distinct = std::get<0>(at::_unique(lengths.reshape({-1})));
+    std::vector<at::Tensor> tables;
+    for (int64_t i = 0; i < distinct.numel(); ++i)
+      tables.push_back(rope_inverse_frequencies(config, distinct[i].item<int64_t>()));
+    const at::Tensor which = at::searchsorted(distinct, lengths.reshape({-1})).view(lengths.sizes());
+    const at::Tensor inv_freq = at::stack(tables).index_select(0, which.reshape({-1})).view(
+        {positions.size(0), positions.size(1), -1});
+    freqs = positions.to(f32).unsqueeze(-1) * inv_freq.to(positions.device());
+  } else {
+    const at::Tensor inv_freq = rope_inverse_frequencies(config).to(positions.device());
+    freqs = positions.to(f32).unsqueeze(-1) * inv_freq;
+  }
   at::Tensor angles = at::cat({freqs, freqs}, -1);
   const double scaling = rope_attention_scaling(config);
   if (scaling == 1.0) return {angles.cos().to(dtype), angles.sin().to(dtype)};
