@@ -72,6 +72,18 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Every occurrence of `from` in `s` replaced by `to` (a Replace normalizer or decoder).
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t at = 0;
+  for (size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, at)) {
+    out += s.substr(at, hit - at) + to;
+    at = hit + from.size();
+  }
+  return out + s.substr(at);
+}
+
 // A token given as "text" or {"content": "text"} (tokenizer_config.json).
 std::string token_text(const json& value) {
   if (value.is_string()) return value.get<std::string>();
@@ -326,14 +338,8 @@ std::string BpeTokenizer::normalize(const std::string& text) const {
       u.toUTF8String(s);
     } else if (step.type == "Prepend") {
       if (!s.empty()) s = step.to + s;
-    } else if (step.type == "Replace" && !step.from.empty()) {
-      std::string replaced;
-      size_t at = 0;
-      for (size_t hit = s.find(step.from); hit != std::string::npos; hit = s.find(step.from, at)) {
-        replaced += s.substr(at, hit - at) + step.to;
-        at = hit + step.from.size();
-      }
-      s = replaced + s.substr(at);
+    } else if (step.type == "Replace") {
+      s = replace_all(s, step.from, step.to);
     }
   }
   return s;
@@ -470,15 +476,7 @@ std::string BpeTokenizer::decode_sentencepiece(const std::vector<std::string>& t
   };
   for (const Step& step : decoders_) {
     if (step.type == "Replace") {
-      for (auto& token : t) {
-        std::string replaced;
-        size_t at = 0;
-        for (size_t hit = token.find(step.from); hit != std::string::npos; hit = token.find(step.from, at)) {
-          replaced += token.substr(at, hit - at) + step.to;
-          at = hit + step.from.size();
-        }
-        token = replaced + token.substr(at);
-      }
+      for (auto& token : t) token = replace_all(token, step.from, step.to);
     } else if (step.type == "ByteFallback") {  // runs of <0xXX> become their UTF-8 text, or one U+FFFD per byte
       std::vector<std::string> merged;
       std::string bytes;
