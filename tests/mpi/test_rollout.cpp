@@ -44,11 +44,13 @@ int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
 
 TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole model's", "[mpi][rollout]") {
   // qwen2_yarn: rope-scaled (YaRN, with its factor on cos and sin), generating past its
-  // original_max_position_embeddings (16).
+  // original_max_position_embeddings (16); llama31, qwen2_linear, llama_dynamic: the
+  // other rope types.
   // gemma2: soft-capped attention in the paged decode kernel; gemma3_text: local rope;
   // *_window: sliding windows of 4 tokens in the prefill and the paged decode.
   for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2",
-                           "gemma3_text", "mistral_window", "gemma3_window", "llama_dynamic"}) {
+                           "gemma3_text", "mistral_window", "gemma3_window", "llama_dynamic", "llama31",
+                           "qwen2_linear"}) {
     const std::string path = kFixtures + "/" + name;
     auto whole = load_causal_lm(path, at::kFloat);
     const ModelConfig& c = whole->config();
