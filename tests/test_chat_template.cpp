@@ -212,6 +212,10 @@ TEST_CASE("binary: --job preview prints the prompts as the rollout feeds them, t
   BpeTokenizer tokenizer((model / "tokenizer.json").string());
   CHECK_THAT(r.stdout_only, Contains(cat("=== prompt 1 of 2: ", tokenizer.encode(first).size(), " tokens ===\n", first)));
   CHECK_THAT(r.stdout_only, Contains("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n3+3?"));
+  // preview_prompts: only that many are shown.
+  Result one = run(command + " --preview_prompts 1");
+  CHECK_THAT(one.stdout_only, Contains("=== prompt 1 of 2"));
+  CHECK_THAT(one.stdout_only, !Contains("=== prompt 2 of 2"));
   // enable_thinking: Qwen3's template leaves the empty thinking block out.
   Result thinking = run(command + " --enable_thinking true");
   CHECK_THAT(thinking.stdout_only, Contains("<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n\n---"));
