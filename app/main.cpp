@@ -40,6 +40,8 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
       areal::log::warn(areal::cat("ignoring ", cfg.ignored_keys.size(), " AReaL key(s) that areal-train does "
                                   "differently (docs/configuration.md): ",
                                   areal::ignored_keys_summary(cfg.ignored_keys)));
+    if (is_rank0)
+      for (const std::string& warning : areal::config_warnings(cfg)) areal::log::warn(warning);
     if (cli.print_config) {
       if (is_rank0) std::cout << areal::config_to_yaml(cfg);
       return areal::kExitOk;

@@ -1,6 +1,7 @@
 // The option schema, YAML loading, overrides, references and validation.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -369,8 +370,54 @@ actor:
                                               Catch::Matchers::Contains("gconfig.n_samples"));
   cfg.gconfig.n_samples = cfg.actor.group_size = 4;
   CHECK_NOTHROW(validate_config(cfg));
-  cfg.actor.behav_imp_weight_cap = 5;
-  CHECK_THROWS_WITH(validate_config(cfg), Catch::Matchers::Contains("use_decoupled_loss"));
-  cfg.actor.use_decoupled_loss = true;
+}
+
+TEST_CASE("config: AReaL's rejection_sampling section, its checks, and the older behav_imp_weight_cap", "[config]") {
+  // As AReaL's example configs write it: the section's level defaults to token, lower to none.
+  Config cfg = from_yaml("job: rl\ninit_from_scratch: true\ntrain_dataset: {path: builtin:arithmetic/train}\n"
+                         "actor:\n  use_decoupled_loss: true\n  rejection_sampling:\n    metric: ratio\n"
+                         "    upper: 5.0\n  mb_spec: {packing_algorithm: ffd}\n");
+  CHECK(cfg.actor.rejection_sampling.level == "token");
+  CHECK(cfg.actor.rejection_sampling.action == "mask");
+  CHECK(cfg.actor.rejection_sampling.upper == 5.0);
+  CHECK(std::isinf(cfg.actor.rejection_sampling.lower));
   CHECK_NOTHROW(validate_config(cfg));
+  CHECK(config_warnings(cfg).empty());
+  // null is off; the CLI spells the same
+  CHECK(from_yaml("actor: {rejection_sampling: null}\n").actor.rejection_sampling.level == "none");
+  CHECK(from_yaml("", {{"actor.rejection_sampling.level", "sequence"}}).actor.rejection_sampling.level == "sequence");
+  CHECK(from_yaml("actor: {rejection_sampling: {lower: null}}\n").actor.rejection_sampling.lower < -1e300);
+  CHECK(from_yaml("actor: {rejection_sampling: {lower: -.inf}}\n").actor.rejection_sampling.lower < -1e300);
+  CHECK_THAT(error_of([] { from_yaml("actor: {rejection_sampling: {upper: .inf}}\n"); }),
+             Contains("actor.rejection_sampling.upper") && Contains("finite"));
+  // AReaL's __post_init__ rules, by option name.
+  auto refused = [&](const std::string& key, const std::string& value) {
+    Config c = cfg;
+    c.actor.rejection_sampling.level = "token";
+    if (key == "upper") c.actor.rejection_sampling.upper = std::stod(value);
+    if (key == "lower") c.actor.rejection_sampling.lower = std::stod(value);
+    if (key == "clamp-kl") c.actor.rejection_sampling.action = "clamp", c.actor.rejection_sampling.metric = value;
+    if (key == "cap") c.actor.behav_imp_weight_cap = std::stod(value);
+    return error_of([&] { validate_config(c); });
+  };
+  CHECK_THAT(refused("upper", "1.0"), Contains("'actor.rejection_sampling.upper' = 1") && Contains("> 1"));
+  CHECK_THAT(refused("lower", "-0.5"), Contains("actor.rejection_sampling.lower") && Contains("> 0"));
+  CHECK_THAT(refused("lower", "6"), Contains("greater than 'actor.rejection_sampling.upper'"));
+  CHECK_THAT(refused("clamp-kl", "kl_k3"), Contains("needs metric ratio"));
+  CHECK_THAT(refused("cap", "3"), Contains("behav_imp_weight_cap") && Contains("both"));
+  // mb_spec.packing_algorithm: ffd is what is built; AReaL's kk is refused by name.
+  CHECK_THAT(error_of([] { validate_config(from_yaml("init_from_scratch: true\nactor: {mb_spec: {packing_algorithm: kk}}\n")); }),
+             Contains("'actor.mb_spec.packing_algorithm' = 'kk'") && Contains("Karmarkar-Karp"));
+  // The older spelling alone is fine; either without the decoupled loss is AReaL's warning.
+  Config old = cfg;
+  old.actor.rejection_sampling.level = "none";
+  old.actor.behav_imp_weight_cap = 5;
+  CHECK_NOTHROW(validate_config(old));
+  old.actor.use_decoupled_loss = false;
+  REQUIRE(config_warnings(old).size() == 1);
+  CHECK_THAT(config_warnings(old)[0], Contains("ignored"));
+  Config unfiltered = cfg;
+  unfiltered.actor.rejection_sampling.level = "none";
+  REQUIRE(config_warnings(unfiltered).size() == 1);
+  CHECK_THAT(config_warnings(unfiltered)[0], Contains("neither filtered nor weighted"));
 }

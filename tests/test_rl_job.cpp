@@ -105,9 +105,12 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
     CHECK(recomputed[key].get<double>() == Approx(two[key].get<double>()).epsilon(1e-4).margin(1e-6));
   // Decoupled PPO on fresh samples: the proximal policy is the behaviour one, every
   // weight exp(proximal - behaviour) is 1 up to rounding, so it is the same step too.
-  json decoupled = first_step(2, "actor.use_decoupled_loss=true actor.behav_imp_weight_cap=5");
+  // AReaL's rejection_sampling spelled on the command line; nothing is stale, nothing filtered.
+  json decoupled = first_step(2, "actor.use_decoupled_loss=true actor.rejection_sampling.level=token "
+                                 "actor.rejection_sampling.upper=5");
   for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
     CHECK(decoupled[key].get<double>() == Approx(recomputed[key].get<double>()).epsilon(1e-4).margin(1e-6));
+  CHECK(decoupled["rejection_filtered_share"].get<double>() == 0.0);
   // Tensor-parallel generation (both ranks generate the batch together, each holding
   // half of every weight) samples the same answers: the same step.
   json tensor_parallel = first_step(2, "rollout.backend=sglang:d1t2 actor.backend=fsdp:d2");

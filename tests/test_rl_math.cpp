@@ -10,6 +10,7 @@
 #include "areal/rl/advantages.h"
 #include "areal/rl/batch_refill.h"
 #include "areal/rl/ppo_loss.h"
+#include "areal/rl/rejection_sampling.h"
 
 using namespace areal;
 
@@ -165,21 +166,88 @@ TEST_CASE("rl: reward normalization (AReaL's reward_norm) by group, leave-one-ou
                  (1 - 4.0f / 6) / sd})));
 }
 
-TEST_CASE("rl: decoupled PPO weights each token by exp(proximal - behaviour), capped", "[rl][ppo]") {
-  // proximal - behaviour = [0, ln 2, ln 4]: weights 1, 2, 4; the cap 3 drops the third.
-  const at::Tensor behaviour = t({-1.0f, -2.0f, -3.0f});
-  const at::Tensor proximal = behaviour + t({0.0f, std::log(2.0f), std::log(4.0f)});
-  CHECK(close(behaviour_weights(proximal, behaviour, 0), t({1, 2, 4})));
-  CHECK(close(behaviour_weights(proximal, behaviour, 3), t({1, 2, 0})));
-  // The ratio is against the proximal log-probs: logp = proximal + [0.1, -0.5, 0]
-  // with A = [1, -1, 2], eps 0.2: ratios e^0.1 = 1.105 (inside), e^-0.5 = 0.607 (for
-  // A < 0 the clipped term -A * 0.8 = 0.8 is the larger), 1.
-  const at::Tensor logp = proximal + t({0.1f, -0.5f, 0.0f});
-  const PpoTokenLoss pl = ppo_token_loss(logp, proximal, t({1, -1, 2}), 0.2, 0, 0);
-  const at::Tensor loss = pl.loss * behaviour_weights(proximal, behaviour, 3);
-  CHECK(close(loss, t({-std::exp(0.1f) * 1, 0.8f * 2, 0})));
-  // On-policy (proximal = behaviour) the weights are 1: the plain PPO loss.
-  CHECK(close(behaviour_weights(behaviour, behaviour, 3), t({1, 1, 1})));
+namespace {
+// Two answers, proximal - behaviour = log r: r = [1, 2, 4] and [0.5, 1.5, (padding)].
+struct StaleRollout {
+  at::Tensor behaviour = t({-1.0f, -2.0f, -3.0f, -1.0f, -1.0f, 0.0f}).view({2, 3});
+  at::Tensor proximal = behaviour + t({1.0f, 2.0f, 4.0f, 0.5f, 1.5f, 1.0f}).log().view({2, 3}) *
+                                        t({1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 0.0f}).view({2, 3});
+  at::Tensor mask = t({1, 1, 1, 1, 1, 0}).view({2, 3});
+  RejectionResult run(const std::string& level, const std::string& action, const std::string& metric, double upper,
+                      double lower = -INFINITY, const std::string& agg = "mean") const {
+    RejectionSamplingConfig rs;
+    rs.level = level, rs.action = action, rs.metric = metric, rs.upper = upper, rs.lower = lower, rs.agg = agg;
+    return apply_rejection_sampling(proximal, behaviour, mask, rs);
+  }
+};
+at::Tensor rows(std::vector<float> v) { return t(v).view({2, 3}); }
+}  // namespace
+
+TEST_CASE("rl: rejection sampling per token, by ratio, masks or clamps the stale tokens", "[rl][ppo]") {
+  const StaleRollout s;
+  RejectionResult masked = s.run("token", "mask", "ratio", 3);  // r = 4 leaves the loss
+  CHECK(close(masked.weights, rows({1, 2, 0, 0.5f, 1.5f, 0})));
+  CHECK(close(masked.kept, rows({1, 1, 0, 1, 1, 0})));
+  CHECK(masked.filtered_tokens == 1);
+  RejectionResult bounded = s.run("token", "mask", "ratio", 3, 0.6);  // and r = 0.5
+  CHECK(close(bounded.weights, rows({1, 2, 0, 0, 1.5f, 0})));
+  CHECK(bounded.filtered_tokens == 2);
+  RejectionResult clamped = s.run("token", "clamp", "ratio", 3);  // r = 4 weighs 3, stays in the loss
+  CHECK(close(clamped.weights, rows({1, 2, 3, 0.5f, 1.5f, 0})));
+  CHECK(close(clamped.kept, s.mask));
+  CHECK(clamped.filtered_tokens == 1);
+  // On-policy (proximal = behaviour) every weight is 1 and nothing is filtered.
+  RejectionSamplingConfig rs;
+  rs.level = "token";
+  RejectionResult fresh = apply_rejection_sampling(s.behaviour, s.behaviour, s.mask, rs);
+  CHECK(close(fresh.weights, s.mask));
+  CHECK(fresh.filtered_tokens == 0);
+}
+
+TEST_CASE("rl: rejection sampling per sequence judges an answer by its geometric-mean ratio", "[rl][ppo]") {
+  const StaleRollout s;
+  const float g1 = std::sqrt(0.75f);  // answer 1's geometric mean; answer 0's is 8^(1/3) = 2
+  RejectionResult masked = s.run("sequence", "mask", "ratio", 1.9);
+  CHECK(close(masked.weights, rows({0, 0, 0, g1, g1, 0})));  // every token weighs its answer's mean
+  CHECK(masked.filtered_tokens == 3);
+  RejectionResult clamped = s.run("sequence", "clamp", "ratio", 1.9);
+  CHECK(close(clamped.weights, rows({1.9f, 1.9f, 1.9f, g1, g1, 0})));
+  // sum: exp(sum log r) = 8 and 0.75; max: the largest token ratio, 4 and 1.5.
+  CHECK(close(s.run("sequence", "mask", "ratio", 5, -INFINITY, "sum").kept, rows({0, 0, 0, 1, 1, 0})));
+  CHECK(close(s.run("sequence", "mask", "ratio", 3, -INFINITY, "max").kept, rows({0, 0, 0, 1, 1, 0})));
+  CHECK(close(s.run("sequence", "mask", "ratio", 5, -INFINITY, "max").kept, s.mask));
+  // KL metrics aggregate arithmetically and keep the token weights: k1 means are
+  // ln 8 / 3 = 0.69 and ln 0.75 / 2 = -0.14.
+  RejectionResult kl = s.run("sequence", "mask", "kl_k1", 0.5);
+  CHECK(close(kl.weights, rows({0, 0, 0, 0.5f, 1.5f, 0})));
+}
+
+TEST_CASE("rl: rejection sampling by the KL estimators k1, k2, k3 of log r", "[rl][ppo]") {
+  const StaleRollout s;
+  // k2 = (log r)^2 / 2: 0, 0.24, 0.96 | 0.24, 0.08.
+  CHECK(close(s.run("token", "mask", "kl_k2", 0.2).weights, rows({1, 0, 0, 0, 1.5f, 0})));
+  // k3 = 1/r + log r - 1: 0, 0.19, 0.64 | 0.31, 0.07.
+  CHECK(close(s.run("token", "mask", "kl_k3", 0.25).weights, rows({1, 2, 0, 0, 1.5f, 0})));
+  // k1 = log r with lower 0: the tokens whose probability fell leave (AReaL's example).
+  CHECK(close(s.run("token", "mask", "kl_k1", 10, 0).weights, rows({1, 2, 4, 0, 1.5f, 0})));
+}
+
+TEST_CASE("rl: behav_imp_weight_cap X is rejection sampling by token ratio with upper X", "[rl][ppo]") {
+  ActorConfig old_spelling;
+  old_spelling.behav_imp_weight_cap = 3;
+  const RejectionSamplingConfig rs = effective_rejection_sampling(old_spelling);
+  CHECK(rs.level == "token");
+  CHECK(rs.action == "mask");
+  CHECK(rs.metric == "ratio");
+  CHECK(rs.upper == 3);
+  // The decoupled loss on stale tokens: ratio against the proximal log-probs, times the
+  // filter's weights. logp = proximal + [0.1, -0.5, 0 | 0, 0.2, 0], A = [1, -1, 2 | 1, 1, 0],
+  // eps 0.2: ratios e^0.1 (inside), e^-0.5 (for A < 0 the clipped -A * 0.8 is larger), 1.
+  const StaleRollout s;
+  const at::Tensor logp = s.proximal + rows({0.1f, -0.5f, 0, 0, 0.2f, 0});
+  const PpoTokenLoss pl = ppo_token_loss(logp, s.proximal, rows({1, -1, 2, 1, 1, 0}), 0.2, 0, 0);
+  const at::Tensor loss = pl.loss * apply_rejection_sampling(s.proximal, s.behaviour, s.mask, rs).weights;
+  CHECK(close(loss, rows({-std::exp(0.1f), 0.8f * 2, 0, -0.5f, -1.2f * 1.5f, 0})));
 }
 
 TEST_CASE("rl: DAPO's overlong penalty grows linearly over the last overlong_tokens", "[rl][advantages][dapo]") {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,23 @@ struct NormConfig {
   int64_t group_size = 1;  // reward_norm's groups (= gconfig.n_samples for a group level)
 };
 
-// AReaL's MicroBatchSpec; only the token budget so far.
+// AReaL's MicroBatchSpec: the token budget and how sequences are packed under it.
 struct MicroBatchSpec {
   int64_t max_tokens_per_mb = 0;  // 0: one micro-batch per minibatch, padded
+  std::string packing_algorithm = "ffd";  // first fit decreasing, the one packing built in
+};
+
+// AReaL's RejectionSamplingConfig: decoupled PPO's filter of stale tokens by the
+// divergence of the proximal policy from the behaviour policy. level `none` is AReaL's
+// `rejection_sampling: null` (no filter and no behaviour weight); a section given in
+// YAML takes AReaL's defaults (token, mask, ratio, mean, upper 5).
+struct RejectionSamplingConfig {
+  std::string level = "none";    // none, token, sequence
+  std::string action = "mask";   // mask: out of the loss; clamp: weight clamped to [lower, upper]
+  std::string metric = "ratio";  // ratio, kl_k1, kl_k2, kl_k3
+  std::string agg = "mean";      // sequence level: sum, mean, max
+  double upper = 5.0;
+  double lower = -std::numeric_limits<double>::infinity();  // AReaL's None: no lower bound
 };
 
 struct ActorConfig {
@@ -90,7 +105,8 @@ struct ActorConfig {
   double gae_lambda = 1.0;
   bool recompute_logprob = false;
   bool use_decoupled_loss = false;
-  double behav_imp_weight_cap = 0.0;  // 0: no cap
+  RejectionSamplingConfig rejection_sampling;
+  double behav_imp_weight_cap = 0.0;  // AReaL's older spelling of a token-level ratio mask; 0: unset
   std::string importance_sampling_level = "token";  // token, or sequence (GSPO)
   bool overlong_reward_penalty = false;             // DAPO's soft penalty on answers near the limit
   int64_t overlong_tokens = 0;

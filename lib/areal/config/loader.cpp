@@ -41,8 +41,19 @@ bool is_group(const std::string& prefix) {
   return false;
 }
 
-// A normalization group (AReaL's NormConfig: actor.reward_norm, actor.adv_norm).
-bool is_norm_group(const std::string& name) { return find_option(name + ".mean_level") != nullptr; }
+// AReaL's optional sections (a dataclass field that may be None): `null` turns the
+// section off, and a section given takes AReaL's defaults for the switches it leaves out.
+struct OptionalSection {
+  std::vector<std::string> switches;  // the options that say whether it is on
+  std::string off, on;                // their value for `null`, and for a section given
+};
+const OptionalSection* optional_section(const std::string& name) {
+  static const OptionalSection norm{{".mean_level", ".std_level"}, "none", "batch"};  // NormConfig
+  static const OptionalSection rejection{{".level"}, "none", "token"};               // RejectionSamplingConfig
+  if (find_option(name + ".mean_level")) return &norm;  // actor.reward_norm, actor.adv_norm
+  if (name == "actor.rejection_sampling") return &rejection;
+  return nullptr;
+}
 
 // A value that turns nothing on: null or false (AReaL's `critic: null`, `use_sapo_loss: false`).
 bool is_off(const YAML::Node& value) {
@@ -76,9 +87,10 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
         continue;
       }
     }
-    if (value.IsNull() && is_norm_group(name)) {  // AReaL's `reward_norm: null`: no normalization
-      for (const char* level : {".mean_level", ".std_level"})
-        layer[name + level] = RawValue{{"none"}, false, mark_of(source, value.Mark())};
+    const OptionalSection* section = optional_section(name);
+    if (value.IsNull() && section) {  // AReaL's `reward_norm: null`: no normalization
+      for (const std::string& sw : section->switches)
+        layer[name + sw] = RawValue{{section->off}, false, mark_of(source, value.Mark())};
       continue;
     }
     if (value.IsMap()) {
@@ -89,10 +101,9 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
         throw ConfigError(cat(where, ": unknown group '", name, "'", suggest_option(name)));
       }
       flatten_yaml(value, name, written, source, layer, ignored);
-      // A NormConfig section given takes AReaL's defaults for the levels it leaves out.
-      if (is_norm_group(name))
-        for (const char* level : {".mean_level", ".std_level"})
-          if (!layer.count(name + level)) layer[name + level] = RawValue{{"batch"}, false, where};
+      if (section)
+        for (const std::string& sw : section->switches)
+          if (!layer.count(name + sw)) layer[name + sw] = RawValue{{section->on}, false, where};
       continue;
     }
     if (!find_option(name)) {

@@ -38,13 +38,17 @@ int64_t parse_scalar(const std::string& name, const RawValue& raw, const std::st
 }
 
 double parse_scalar(const std::string& name, const RawValue& raw, const std::string& text, double*) {
+  std::string lower = text;  // YAML's own spellings of infinity
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == ".inf" || lower == "+.inf") return INFINITY;
+  if (lower == "-.inf") return -INFINITY;
   double value = 0;
   const char* begin = text.data() + (!text.empty() && text[0] == '+');
   auto [end, ec] = std::from_chars(begin, text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty())
     bad_value(name, raw, text, "is not a number");
-  if (!std::isfinite(value)) bad_value(name, raw, text, "is not a finite number");
-  return value;
+  if (std::isnan(value)) bad_value(name, raw, text, "is not a number");
+  return value;  // infinities are refused by check_constraints, unless the option allows -inf
 }
 
 std::string parse_scalar(const std::string&, const RawValue&, const std::string& text, std::string*) {
@@ -81,6 +85,7 @@ void check_constraints(const OptionSpec& spec, const RawValue& raw, const std::s
       bad_value(spec.name, raw, text, cat("is not allowed (", describe_constraint(spec), ")"));
   } else if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     double v = static_cast<double>(value);
+    if (std::isinf(v) && !(spec.minus_infinity_is_none && v < 0)) bad_value(spec.name, raw, text, "is not a finite number");
     bool below = spec.min && (spec.min_exclusive ? v <= *spec.min : v < *spec.min);
     bool above = spec.max && v > *spec.max;
     if (below || above) bad_value(spec.name, raw, text, cat("is out of range (must be ", describe_constraint(spec), ")"));
@@ -96,6 +101,7 @@ struct Decl {
   Decl& at_least(double lo) { spec.min = lo; return *this; }
   Decl& positive() { spec.min = 0; spec.min_exclusive = true; return *this; }
   Decl& range(double lo, double hi) { spec.min = lo; spec.max = hi; return *this; }
+  Decl& minus_infinity_is_none() { spec.minus_infinity_is_none = true; return *this; }
   Decl& planned(std::string feature) { spec.not_implemented = std::move(feature); return *this; }
 };
 
@@ -246,6 +252,9 @@ std::vector<OptionSpec> declare_options() {
                                                   "tokens, each one packed row without padding (first-fit "
                                                   "decreasing; a longer sequence goes alone). 0: one padded "
                                                   "micro-batch per minibatch.").at_least(0),
+      OPTION(actor.mb_spec.packing_algorithm).doc("How sequences are packed into micro-batches under "
+                                                  "max_tokens_per_mb: `ffd` (first fit decreasing, AReaL's "
+                                                  "default and the one built in; AReaL's `kk` is refused)."),
       OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
       OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),
@@ -296,8 +305,31 @@ std::vector<OptionSpec> declare_options() {
                                            "log-probs the trainer recomputes before the update, and each token's "
                                            "loss is weighted by exp(proximal - behaviour). Implies "
                                            "recompute_logprob."),
-      OPTION(actor.behav_imp_weight_cap).doc("With use_decoupled_loss: tokens whose behaviour importance weight "
-                                             "exceeds this cap are left out of the loss (0: no cap; else > 1).")
+      OPTION(actor.rejection_sampling.level)
+          .doc("With use_decoupled_loss: filter stale tokens by the divergence of the proximal policy from the "
+               "behaviour policy (AReaL's rejection_sampling), per `token` or per `sequence` (every token of an "
+               "answer shares its fate; with metric ratio the weight is the answer's geometric mean ratio). "
+               "`none` (AReaL's `rejection_sampling: null`, the default): no filter and no behaviour weight. "
+               "A rejection_sampling section given in YAML without a level is `token`.")
+          .choices({"none", "token", "sequence"}),
+      OPTION(actor.rejection_sampling.action)
+          .doc("`mask`: tokens (or answers) out of bounds leave the loss (its divisor keeps them); `clamp`: "
+               "their behaviour weight exp(proximal - behaviour) is clamped to [lower, upper] (metric ratio only).")
+          .choices({"mask", "clamp"}),
+      OPTION(actor.rejection_sampling.metric)
+          .doc("What is bounded: `ratio` exp(proximal - behaviour); the KL estimators of log r = proximal - "
+               "behaviour: `kl_k1` log r, `kl_k2` (log r)^2 / 2, `kl_k3` r - log r - 1.")
+          .choices({"ratio", "kl_k1", "kl_k2", "kl_k3"}),
+      OPTION(actor.rejection_sampling.agg)
+          .doc("Sequence level: how an answer's token values make its value: `sum`, `mean`, `max` (for ratio in "
+               "log space: exp of the sum or mean of log r; the geometric mean is length-free).")
+          .choices({"sum", "mean", "max"}),
+      OPTION(actor.rejection_sampling.upper).doc("Upper bound (ratio: > 1; kl_k2, kl_k3: > 0)."),
+      OPTION(actor.rejection_sampling.lower)
+          .doc("Lower bound; -inf (AReaL's null) is none (ratio: > 0; clamp: none means 0).")
+          .minus_infinity_is_none(),
+      OPTION(actor.behav_imp_weight_cap).doc("AReaL's older spelling: X > 1 is rejection_sampling {level: token, "
+                                             "action: mask, metric: ratio, upper: X}; 0: unset.")
           .at_least(0),
       OPTION(actor.importance_sampling_level)
           .doc("Importance ratio per `token` (PPO) or per `sequence`: the geometric mean of an answer's token "

@@ -30,6 +30,7 @@ struct OptionSpec {
   std::optional<double> min;          // inclusive bounds of Int/Float options
   std::optional<double> max;
   bool min_exclusive = false;         // `min` itself is not allowed
+  bool minus_infinity_is_none = false;  // a Float whose `-inf` (its default) is AReaL's None: no bound
   std::string not_implemented;        // non-empty: the missing feature; a non-default value is refused
 
   // Types, range-checks and stores `value` into cfg; throws ConfigError naming

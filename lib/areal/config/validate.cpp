@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cmath>
 #include <filesystem>
 
 #include "areal/config/allocation.h"
@@ -62,7 +63,47 @@ void check_reward_fn(const std::string& reward_fn) {
   throw ConfigError(cat("option 'reward_fn': the program '", program, "' is not found in PATH"));
 }
 
+// AReaL's RejectionSamplingConfig.__post_init__ rules, with the option names.
+void check_rejection_sampling(const ActorConfig& actor) {
+  const RejectionSamplingConfig& rs = actor.rejection_sampling;
+  if (rs.level == "none") return;
+  if (actor.behav_imp_weight_cap != 0.0)
+    throw ConfigError("options 'actor.behav_imp_weight_cap' and 'actor.rejection_sampling' both set the decoupled "
+                      "loss's filter; keep rejection_sampling (the cap X is rejection_sampling {level: token, "
+                      "action: mask, metric: ratio, upper: X})");
+  const std::string at = "option 'actor.rejection_sampling.";
+  if (rs.lower > rs.upper)
+    throw ConfigError(cat(at, "lower' = ", rs.lower, " is greater than 'actor.rejection_sampling.upper' = ", rs.upper));
+  if (rs.metric == "ratio" && rs.upper <= 1.0)
+    throw ConfigError(cat(at, "upper' = ", rs.upper, ": with metric ratio it must be > 1 (at most 1 would filter "
+                          "every token whose policy moved)"));
+  if (rs.metric == "ratio" && std::isfinite(rs.lower) && rs.lower <= 0)
+    throw ConfigError(cat(at, "lower' = ", rs.lower, ": with metric ratio it must be > 0 (or null: no lower bound)"));
+  if ((rs.metric == "kl_k2" || rs.metric == "kl_k3") && rs.upper <= 0)
+    throw ConfigError(cat(at, "upper' = ", rs.upper, ": with metric ", rs.metric, " it must be > 0"));
+  if (rs.action == "clamp" && rs.metric != "ratio")
+    throw ConfigError(cat(at, "action' = clamp clamps the importance ratio: it needs metric ratio (metric is ",
+                          rs.metric, "; use action mask to filter by a KL estimate)"));
+}
+
 }  // namespace
+
+std::vector<std::string> config_warnings(const Config& cfg) {
+  std::vector<std::string> out;
+  const ActorConfig& actor = cfg.actor;
+  const bool filtered = actor.rejection_sampling.level != "none" || actor.behav_imp_weight_cap != 0.0;
+  if (cfg.job != "rl") return out;
+  if (filtered && !actor.use_decoupled_loss)
+    out.push_back("actor.rejection_sampling (or behav_imp_weight_cap) is set but actor.use_decoupled_loss is false: "
+                  "the filter is ignored (AReaL's rule); set use_decoupled_loss: true to use it");
+  if (!filtered && actor.use_decoupled_loss)
+    out.push_back("actor.use_decoupled_loss with no actor.rejection_sampling: stale tokens are neither filtered nor "
+                  "weighted (AReaL's meaning of rejection_sampling: null); AReaL's earlier default was "
+                  "rejection_sampling: {level: token, action: mask, metric: ratio, upper: 5.0}");
+  if (actor.rejection_sampling.level == "token" && actor.rejection_sampling.agg != "mean")
+    out.push_back("actor.rejection_sampling.agg is used at level sequence only; it has no effect at level token");
+  return out;
+}
 
 void validate_config(const Config& cfg) {
   if (cfg.job == "rl") {
@@ -121,7 +162,14 @@ void validate_config(const Config& cfg) {
                           cfg.gconfig.n_samples, " for a group level: the answers to one prompt form one group"));
   if (cfg.actor.behav_imp_weight_cap != 0.0 && cfg.actor.behav_imp_weight_cap <= 1.0)
     throw ConfigError(cat("option 'actor.behav_imp_weight_cap' = ", cfg.actor.behav_imp_weight_cap,
-                          ": the cap must be > 1 (or 0: no cap)"));
+                          ": the cap must be > 1 (or 0: unset)"));
+  check_rejection_sampling(cfg.actor);
+  if (cfg.actor.mb_spec.packing_algorithm != "ffd")
+    throw ConfigError(cat("option 'actor.mb_spec.packing_algorithm' = '", cfg.actor.mb_spec.packing_algorithm,
+                          "': areal-train packs micro-batches first fit decreasing (`ffd`, AReaL's default)",
+                          cfg.actor.mb_spec.packing_algorithm == "kk"
+                              ? "; Karmarkar-Karp (`kk`) is not built in"
+                              : "; AReaL's choices are ffd and kk, and kk is not built in"));
   if (cfg.actor.overlong_reward_penalty) {
     if (cfg.actor.overlong_tokens < 1 || cfg.actor.overlong_penalty_factor <= 0)
       throw ConfigError(cat("option 'actor.overlong_reward_penalty' needs actor.overlong_tokens >= 1 and "
@@ -134,8 +182,6 @@ void validate_config(const Config& cfg) {
   }
   if (cfg.actor.dynamic_sampling && cfg.gconfig.n_samples < 2)
     throw ConfigError("option 'actor.dynamic_sampling' compares the answers of a group: it needs gconfig.n_samples >= 2");
-  if (cfg.actor.behav_imp_weight_cap != 0.0 && !cfg.actor.use_decoupled_loss)
-    throw ConfigError("option 'actor.behav_imp_weight_cap' needs actor.use_decoupled_loss: true");
   if (!cfg.actor.lora_adapter_path.empty()) {
     const std::filesystem::path dir = cfg.actor.lora_adapter_path;
     if (!cfg.actor.use_lora)

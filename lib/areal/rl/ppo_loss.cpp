@@ -44,12 +44,6 @@ double loss_units(const at::Tensor& mask, const std::string& mode) {
   return (mask.sum(1) > 0).sum().item<double>();
 }
 
-at::Tensor behaviour_weights(const at::Tensor& proximal_logp, const at::Tensor& behaviour_logp, double cap) {
-  at::Tensor weight = (proximal_logp - behaviour_logp).exp();
-  if (cap > 0) weight = at::where(weight <= cap, weight, at::zeros_like(weight));
-  return weight.detach();
-}
-
 TokenLogprobs token_logprobs(const at::Tensor& logits, const at::Tensor& targets, double temperature) {
   at::Tensor logp_all = (logits.to(at::kFloat) / temperature).log_softmax(-1);
   at::Tensor logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1);

@@ -44,12 +44,6 @@ at::Tensor sequence_level_logp(const at::Tensor& logp, const at::Tensor& base, c
 at::Tensor loss_token_weights(const at::Tensor& mask, const std::string& mode, int64_t max_new_tokens);
 double loss_units(const at::Tensor& mask, const std::string& mode);
 
-// Decoupled PPO (AReaL's use_decoupled_loss): the loss above is taken against the
-// proximal log-probs (the trainer's, before the update) and each token's is multiplied
-// by its behaviour importance weight exp(proximal - behaviour), set to 0 where it
-// exceeds `cap` (0: no cap).
-at::Tensor behaviour_weights(const at::Tensor& proximal_logp, const at::Tensor& behaviour_logp, double cap);
-
 // log p(target) and the entropy of each position's distribution, from logits
 // [rows, T, vocab] divided by the temperature; float32 [rows, T] each.
 struct TokenLogprobs {

@@ -10,6 +10,7 @@
 #include "areal/optim/lr_schedule.h"
 #include "areal/rl/advantages.h"
 #include "areal/rl/ppo_loss.h"
+#include "areal/rl/rejection_sampling.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
 
@@ -54,7 +55,8 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
   for (const MicroBatch& mb :
        micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device)) {
     at::Tensor logits = mb.forward(policy);
-    const at::Tensor mask = mb.lay_out(r.loss_mask);
+    // The tokens rejection sampling masked leave the GSPO mean and the clip counts too.
+    const at::Tensor mask = mb.lay_out(adv.ratio_mask.defined() ? adv.ratio_mask : r.loss_mask);
     TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
     const at::Tensor base = mb.lay_out(adv.ratio_base);
     const at::Tensor logp =
@@ -111,7 +113,13 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
     (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
   }
   adv.ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
-  if (actor.use_decoupled_loss) adv.weights = behaviour_weights(proximal_logp, r.old_logp, actor.behav_imp_weight_cap);
+  const RejectionSamplingConfig rs = effective_rejection_sampling(actor);
+  if (actor.use_decoupled_loss && rs.level != "none") {
+    RejectionResult filter = apply_rejection_sampling(proximal_logp, r.old_logp, r.loss_mask, rs);
+    adv.weights = filter.weights;
+    adv.ratio_mask = filter.kept;
+    adv.filtered_tokens = filter.filtered_tokens;
+  }
   if (policy.has_reference()) {
     const at::Tensor ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, max_tokens_per_mb,
                                               actor.temperature, device);

@@ -21,7 +21,9 @@ namespace areal {
 struct StepAdvantages {
   at::Tensor advantages;
   at::Tensor ratio_base;  // the log-probs the PPO ratio is taken against
-  at::Tensor weights;     // decoupled PPO's importance weights (undefined: none)
+  at::Tensor weights;     // decoupled PPO's behaviour weights (undefined: none)
+  at::Tensor ratio_mask;  // loss_mask less the tokens rejection sampling masked (undefined: loss_mask)
+  double filtered_tokens = 0;  // this rank's answer tokens rejection sampling masked or clamped
   at::Tensor kl;          // the KL estimate to the reference per token (undefined: no reference)
   at::Tensor kept;        // DAPO's dynamic sampling: 1 per row that stays (undefined: off)
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "areal/rl/rejection_sampling.h"
 #include "areal/util/memory.h"
 #include "areal/util/strings.h"
 
@@ -30,12 +31,12 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
     stale_max = std::max(stale_max, static_cast<double>(step - v));
   }
   enum Sum { kRewardSum, kRewardSq, kCorrect, kRows, kTokens, kTruncated, kClipped, kDual, kEntropy, kKl, kFailures,
-             kTrainTokens, kKept, kStale, kSums };
+             kTrainTokens, kKept, kStale, kFiltered, kSums };
   at::Tensor sums = at::tensor(
       {reward_sum, reward_sq, correct, rows, static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated),
        u.clipped, u.dual_clipped, u.entropy, adv.kl.defined() ? adv.kl.sum().item<double>() : 0.0,
        static_cast<double>(r.reward_failures), static_cast<double>(r.ids.numel()),
-       adv.kept.defined() ? adv.kept.sum().item<double>() : rows, stale_sum},
+       adv.kept.defined() ? adv.kept.sum().item<double>() : rows, stale_sum, adv.filtered_tokens},
       at::kDouble);
   comm.all_reduce(sums, ReduceOp::Sum);
   // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
@@ -82,6 +83,7 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
   st.reward_failures = s(kFailures);
   st.kept_answers = s(kKept);
   st.staleness_mean = s(kStale) / n;
+  st.filtered_share = s(kFiltered) / tokens;
   st.staleness_max = mx(kStaleMax);
   return st;
 }
@@ -114,6 +116,8 @@ Stats stats_row(const Config& cfg, const StepStats& s, const StepRollout& rollou
     row.push_back({"dynamic_sampling_kept_share", s.kept_answers / s.answers});
     row.push_back({"dynamic_sampling_kept_groups", s.kept_answers / static_cast<double>(cfg.gconfig.n_samples)});
   }
+  if (cfg.actor.use_decoupled_loss && effective_rejection_sampling(cfg.actor).level != "none")
+    row.push_back({"rejection_filtered_share", s.filtered_share});
   if (rollout.refilled) row.push_back({"refill_rounds", static_cast<double>(rollout.refill_rounds)});
   row.push_back({"step_seconds", s.step_seconds});
   if (asynchronous) {  // rollout_seconds is the trainers' wait for the queue

@@ -26,6 +26,7 @@ struct StepStats {
   double reward_failures = 0;
   double kept_answers = 0;  // DAPO's dynamic sampling: answers that stayed
   double staleness_mean = 0, staleness_max = 0;  // asynchronous RL
+  double filtered_share = 0;  // of the answer tokens: masked or clamped by rejection sampling
 };
 
 // This rank's part of the step.
