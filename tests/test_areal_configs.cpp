@@ -1,8 +1,12 @@
-// AReaL's own config files: tests/fixtures/areal/gsm8k_grpo.yaml is AReaL's GSM8K GRPO
-// example key for key (pointed at the test model). It loads as written, means what
-// AReaL means, warns once about what areal-train does differently, and runs.
+// AReaL's own config files: tests/fixtures/areal/ holds every example config of AReaL's
+// examples/math/ byte for byte (the commit is in its README). Each one loads as written
+// with AReaL's meaning and runs two small steps, with the overrides an AReaL user would
+// type on the command line to point it at a local model and data; or, for what
+// areal-train does not have, is refused naming it. Every key of every file is an
+// option, an alias, or listed as ignored or refused (and so documented).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,7 +25,36 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-const std::string kGrpo = "tests/fixtures/areal/gsm8k_grpo.yaml";
+const std::string kFixtures = "tests/fixtures/areal/";
+const std::string kGrpo = kFixtures + "gsm8k_grpo.yaml";
+
+// What makes AReaL's example a small local run here, in AReaL's spellings: the test
+// model and data, two steps of 4 prompts x 2 answers of at most 16 tokens, colocated on
+// 2 ranks, float32 for a CPU. `job` and `reward_fn` are areal-train's own (AReaL picks
+// them by the script it runs, and passes gsm8k_reward_fn from Python).
+const std::vector<Override> kSmallRun = {
+    {"job", "rl"},
+    {"reward_fn", "math"},
+    {"actor.path", "tests/fixtures/models/tiny_chat"},
+    {"actor.dtype", "float32"},
+    {"total_train_steps", "2"},
+    {"gconfig.n_samples", "2"},
+    {"gconfig.max_new_tokens", "16"},
+    {"train_dataset.batch_size", "4"},
+    {"valid_dataset.batch_size", "8"},
+    {"train_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
+    {"valid_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
+    {"train_dataset.prompt_key", "question"},
+    {"valid_dataset.prompt_key", "question"},
+    {"rollout.backend", "sglang:d2p1t1"},
+    {"actor.backend", "fsdp:d2p1t1"},
+};
+
+std::string command_line(const std::vector<Override>& overrides) {
+  std::string out;
+  for (const Override& o : overrides) out += " " + o.key + "=" + o.value;
+  return out;
+}
 
 std::string text_of(const fs::path& path) {
   std::ifstream in(path);
@@ -36,53 +69,100 @@ bool ignored(const Config& cfg, const std::string& key) {
   return false;
 }
 
+// Loads an example from the source folder (relative paths as the tests run it).
+Config load_example(const std::string& file, std::vector<Override> overrides = {}) {
+  const fs::path previous = fs::current_path();
+  fs::current_path(source_dir());
+  try {
+    Config cfg = load_config(kFixtures + file, overrides);
+    validate_config(cfg);
+    fs::current_path(previous);
+    return cfg;
+  } catch (...) {
+    fs::current_path(previous);
+    throw;
+  }
+}
+
+std::vector<Override> small_run(std::vector<Override> extra = {}) {
+  std::vector<Override> all = kSmallRun;
+  all.insert(all.end(), extra.begin(), extra.end());
+  return all;
+}
+
 }  // namespace
 
 TEST_CASE("AReaL configs: the GSM8K GRPO example loads as written, with AReaL's meaning", "[config][areal]") {
   const fs::path previous = fs::current_path();
   fs::current_path(source_dir());
-  Config cfg = load_config(kGrpo, {});
-  CHECK_NOTHROW(validate_config(cfg));
+  const Config as_written = load_config(kGrpo, {});
   fs::current_path(previous);
   // Aliases: actor.path, actor.optimizer.*; ${actor.path} resolves through them.
-  CHECK(cfg.model_path == "tests/fixtures/models/tiny_chat");
-  CHECK(cfg.tokenizer_path == "tests/fixtures/models/tiny_chat");
-  CHECK(cfg.optimizer.lr == Approx(1.7e-5));
-  CHECK(cfg.optimizer.weight_decay == Approx(0.017));
-  CHECK(cfg.optimizer.eps == Approx(1e-8));
+  CHECK(as_written.model_path == "Qwen/Qwen2.5-1.5B-Instruct");
+  CHECK(as_written.tokenizer_path == "Qwen/Qwen2.5-1.5B-Instruct");
+  CHECK(as_written.optimizer.lr == Approx(1.7e-5));
+  CHECK(as_written.optimizer.weight_decay == Approx(0.017));
+  CHECK(as_written.optimizer.eps == Approx(1e-8));
   // GRPO as AReaL means it: group-normalized rewards, batch-normalized advantages,
-  // the decoupled loss with its cap.
-  CHECK(cfg.actor.reward_norm.mean_level == "group");
-  CHECK(cfg.actor.reward_norm.std_level == "group");
-  CHECK(cfg.actor.reward_norm.group_size == 2);
-  CHECK(cfg.actor.adv_norm.mean_level == "batch");
-  CHECK(cfg.actor.use_decoupled_loss);
-  CHECK(cfg.actor.behav_imp_weight_cap == 5.0);
-  CHECK(cfg.actor.gradient_checkpointing);
-  CHECK(cfg.actor.mb_spec.max_tokens_per_mb == 10240);
+  // the decoupled loss with its filter of stale tokens (AReaL's rejection_sampling).
+  CHECK(as_written.actor.reward_norm.mean_level == "group");
+  CHECK(as_written.actor.reward_norm.std_level == "group");
+  CHECK(as_written.actor.reward_norm.group_size == 4);  // ${gconfig.n_samples}
+  CHECK(as_written.actor.adv_norm.mean_level == "batch");
+  CHECK(as_written.actor.use_decoupled_loss);
+  CHECK(as_written.actor.rejection_sampling.level == "token");
+  CHECK(as_written.actor.rejection_sampling.action == "mask");
+  CHECK(as_written.actor.rejection_sampling.metric == "ratio");
+  CHECK(as_written.actor.rejection_sampling.upper == 5.0);
+  CHECK(std::isinf(as_written.actor.rejection_sampling.lower));
+  CHECK(as_written.actor.gradient_checkpointing);
+  CHECK(as_written.actor.mb_spec.max_tokens_per_mb == 10240);
+  CHECK(as_written.actor.mb_spec.packing_algorithm == "ffd");
+  CHECK(as_written.gconfig.n_samples == 4);
   // null is AReaL's None: unset.
-  CHECK(cfg.saver.freq_steps == 0);
-  CHECK(cfg.saver.freq_epochs == 1);
-  CHECK(cfg.evaluator.freq_epochs == 1);
-  CHECK(cfg.recover.freq_secs == 3600);
+  CHECK(as_written.saver.freq_steps == 0);
+  CHECK(as_written.saver.freq_epochs == 1);
+  CHECK(as_written.evaluator.freq_epochs == 1);
+  CHECK(as_written.recover.freq_secs == 3600);
   // What areal-train does differently is read and listed, not used.
   for (const char* key : {"enable_offload", "cluster.n_nodes", "cluster.name_resolve", "scheduler",
                           "rollout.experiment_name", "actor.weight_update_mode",
                           "actor.scheduling_spec", "ref", "sglang", "vllm", "train_dataset.num_workers",
                           "stats_logger.wandb", "perf_tracer", "saver.fileroot"}) {
     INFO(key);
-    CHECK(ignored(cfg, key));
+    CHECK(ignored(as_written, key));
   }
   // The warning's line: the keys of one reason together.
   CHECK_THAT(ignored_keys_summary({"a: why 1", "b: why 2", "c: why 1"}), Contains("a, c (why 1); b (why 2)"));
   // Options are never listed as ignored; AReaL's queue options are read as written.
-  CHECK(cfg.rollout.max_head_offpolicyness == 2);
-  CHECK(cfg.rollout.consumer_batch_size == cfg.train_dataset.batch_size);
-  CHECK(cfg.rollout.max_concurrent_rollouts == 256);
-  CHECK(cfg.rollout.queue_size == 0);
-  CHECK_FALSE(ignored(cfg, "rollout.max_head_offpolicyness"));
-  CHECK_FALSE(ignored(cfg, "actor.path"));
-  CHECK_FALSE(ignored(cfg, "actor.optimizer"));
+  CHECK(as_written.rollout.max_head_offpolicyness == 2);
+  CHECK(as_written.rollout.consumer_batch_size == as_written.train_dataset.batch_size);
+  CHECK(as_written.rollout.max_concurrent_rollouts == 256);
+  CHECK(as_written.rollout.queue_size == 0);
+  CHECK_FALSE(ignored(as_written, "rollout.max_head_offpolicyness"));
+  CHECK_FALSE(ignored(as_written, "actor.path"));
+  CHECK_FALSE(ignored(as_written, "actor.optimizer"));
+  // The small run's overrides reach through the references: group_size follows n_samples.
+  const Config small = load_example("gsm8k_grpo.yaml", small_run());
+  CHECK(small.actor.reward_norm.group_size == 2);
+  CHECK(small.model_path == "tests/fixtures/models/tiny_chat");
+  CHECK(small.tokenizer_path == "tests/fixtures/models/tiny_chat");
+}
+
+TEST_CASE("AReaL configs: every key of every example is an option, an alias, or listed", "[config][areal][docs]") {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(source_path(kFixtures))) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++files;
+    INFO(entry.path().filename().string());
+    CHECK(unlisted_keys(entry.path().string()) == std::vector<std::string>{});
+  }
+  CHECK(files == 22);  // AReaL's examples/math/*.yaml
+  // The walk does find what is unknown, as the file spells it.
+  const fs::path probe = fs::temp_directory_path() / ("areal_unlisted_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(probe) << "actor:\n  eps_clip: 0.2\n  new_knob: 1\n  optimizer: {lr: 1, fancy: 2}\nsglang: {x: 1}\n";
+  CHECK(unlisted_keys(probe.string()) == std::vector<std::string>{"actor.new_knob", "actor.optimizer.fancy"});
+  fs::remove(probe);
 }
 
 TEST_CASE("AReaL configs: spellings, hub ids and unknown keys", "[config][areal]") {
@@ -122,37 +202,40 @@ TEST_CASE("AReaL configs: docs/configuration.md lists every alias and every igno
 TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np 2", "[config][areal][binary][mpi]") {
   const fs::path root = fs::temp_directory_path() / ("areal_areal_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kGrpo +
+  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kGrpo + command_line(kSmallRun) +
                  " cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  // One warning, from rank 0, listing what is ignored.
+  // One warning, from rank 0, listing what is ignored; the filter needs no warning.
   const std::string warning = "AReaL key(s) that areal-train does differently";
   CHECK(r.output.find(warning) != std::string::npos);
   CHECK(r.output.find(warning) == r.output.rfind(warning));
+  CHECK(r.output.find("use_decoupled_loss") == std::string::npos);
   std::vector<nlohmann::json> rows = read_jsonl(root / "gsm8k-grpo" / "trial0" / "stats.jsonl");
   int steps = 0;
-  for (const auto& row : rows) steps += row.contains("loss");
+  for (const auto& row : rows) {
+    if (!row.contains("loss")) continue;
+    ++steps;
+    CHECK(row.contains("rejection_filtered_share"));  // the filter ran
+  }
   CHECK(steps == 2);
   fs::remove_all(root);
 }
 
-// AReaL's other critic-free examples, key for key: each means what AReaL means by it
-// and runs two steps (the DAPO one also with dynamic sampling on).
-TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA examples load with their AReaL meaning and run",
+// AReaL's other critic-free examples: each means what AReaL means by it and runs two
+// steps (the DAPO one also with dynamic sampling on, which AReaL turns on in its script).
+TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE boba CPU NPU and LoRA examples load with their AReaL meaning and run",
           "[config][areal][binary][mpi][slow]") {
-  const fs::path previous = fs::current_path();
-  fs::current_path(source_dir());
-  const Config drgrpo = load_config("tests/fixtures/areal/gsm8k_drgrpo.yaml", {});
-  const Config gspo = load_config("tests/fixtures/areal/gsm8k_gspo.yaml", {});
-  const Config dapo = load_config("tests/fixtures/areal/gsm8k_dapo.yaml", {});
-  const Config rloo = load_config("tests/fixtures/areal/gsm8k_rloo.yaml", {});
-  const Config liteppo = load_config("tests/fixtures/areal/gsm8k_liteppo.yaml", {});
-  const Config reinforce = load_config("tests/fixtures/areal/gsm8k_reinforce.yaml", {});
-  const Config lora = load_config("tests/fixtures/areal/gsm8k_grpo_lora.yaml", {});
-  for (const Config* cfg : {&drgrpo, &gspo, &dapo, &rloo, &liteppo, &reinforce, &lora})
-    CHECK_NOTHROW(validate_config(*cfg));
-  fs::current_path(previous);
+  const Config drgrpo = load_example("gsm8k_drgrpo.yaml", small_run());
+  const Config gspo = load_example("gsm8k_gspo.yaml", small_run());
+  const Config dapo = load_example("gsm8k_dapo_dynamic_bs.yaml", small_run({{"actor.overlong_tokens", "8"}}));
+  const Config rloo = load_example("gsm8k_rloo.yaml", small_run());
+  const Config liteppo = load_example("gsm8k_liteppo.yaml", small_run());
+  const Config reinforce = load_example("gsm8k_reinforce.yaml", small_run());
+  const Config baseline = load_example("gsm8k_reinforce_baseline.yaml", small_run());
+  const Config lora = load_example("gsm8k_grpo_lora.yaml", small_run());
+  const Config boba = load_example("boba_grpo.yaml", small_run());
+  const Config cpu = load_example("gsm8k_grpo_cpu.yaml", small_run());
   // Dr.GRPO: the group mean only, no division by the group's std.
   CHECK(drgrpo.actor.reward_norm.mean_level == "group");
   CHECK(drgrpo.actor.reward_norm.std_level == "none");
@@ -164,7 +247,6 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
   CHECK(dapo.actor.eps_clip == Approx(0.2));
   CHECK(dapo.actor.eps_clip_higher == Approx(0.28));
   CHECK(dapo.actor.overlong_reward_penalty);
-  CHECK(dapo.actor.overlong_tokens == 8);
   CHECK(dapo.actor.overlong_penalty_factor == Approx(1.0));
   CHECK(dapo.dynamic_bs);  // the step trains on the groups that stay (no refill)
   // RLOO: the leave-one-out group mean as the baseline, no std.
@@ -180,6 +262,10 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
   CHECK(reinforce.actor.adv_norm.mean_level == "batch");
   CHECK(reinforce.actor.kl_ctl == Approx(0.001));
   CHECK(reinforce.actor.kl_estimator == "k1");
+  // REINFORCE with a baseline: the group mean, no std, the k2 KL estimator.
+  CHECK(baseline.actor.reward_norm.mean_level == "group");
+  CHECK(baseline.actor.reward_norm.std_level == "none");
+  CHECK(baseline.actor.kl_estimator == "k2");
   // GRPO with LoRA: AReaL's use_lora through ${rollout.use_lora}, rank 16 on every linear layer.
   CHECK(lora.actor.use_lora);
   CHECK(lora.actor.lora_rank == 16);
@@ -188,21 +274,30 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE and LoRA 
   CHECK(lora.optimizer.lr == Approx(1.7e-4));
   CHECK(ignored(lora, "rollout.use_lora"));
   CHECK(ignored(lora, "gconfig.lora_name"));
+  // boba: 4 minibatches and staleness up to 4 versions; the CPU template: smaller micro-batches.
+  CHECK(boba.actor.ppo_n_minibatches == 4);
+  CHECK(boba.rollout.max_head_offpolicyness == 4);
+  CHECK(cpu.actor.mb_spec.max_tokens_per_mb == 2048);
+  CHECK(ignored(cpu, "actor.attn_impl"));
 
   const fs::path root = fs::temp_directory_path() / ("areal_algorithms_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::vector<std::pair<std::string, std::string>> runs = {
-      {"gsm8k_drgrpo.yaml", "gsm8k-drgrpo"},
+      {"gsm8k_drgrpo.yaml", "gsm8k-grpo"},  // (sic: several of AReaL's files keep GRPO's name)
       {"gsm8k_gspo.yaml", "gsm8k-gspo"},
-      {"gsm8k_dapo.yaml --actor.dynamic_sampling true", "gsm8k-dapo"},
+      {"gsm8k_dapo_dynamic_bs.yaml actor.overlong_tokens=8 actor.dynamic_sampling=true", "gsm8k-dapo"},
       {"gsm8k_rloo.yaml", "gsm8k-rloo"},
-      {"gsm8k_liteppo.yaml", "gsm8k-grpo"},  // (sic: AReaL's LitePPO file keeps GRPO's name)
+      {"gsm8k_liteppo.yaml", "gsm8k-grpo"},
       {"gsm8k_reinforce.yaml", "gsm8k-reinforce-plus-plus"},
-      {"gsm8k_grpo_lora.yaml", "gsm8k-grpo"}};
+      {"gsm8k_reinforce_baseline.yaml", "gsm8k-reinforce-baseline"},
+      {"gsm8k_grpo_lora.yaml", "gsm8k-grpo"},
+      {"boba_grpo.yaml", "boba_grpo"},
+      {"gsm8k_grpo_cpu.yaml", "gsm8k-grpo-cpu"},
+      {"gsm8k_grpo_npu.yaml", "gsm8k-grpo"}};  // NPU's environment is the launcher's: it runs as GRPO
   for (const auto& [args, experiment] : runs) {
     INFO(args);
-    const fs::path fileroot = root / args.substr(0, args.find('.'));  // LitePPO and LoRA keep GRPO's name
-    Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config tests/fixtures/areal/" + args +
+    const fs::path fileroot = root / args.substr(0, args.find('.'));  // several keep GRPO's name
+    Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kFixtures + args + command_line(kSmallRun) +
                    " cluster.fileroot=" + fileroot.string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -270,15 +365,29 @@ TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means it
 }
 
 // What areal-train does not have is refused by name, never run as something else.
-TEST_CASE("AReaL configs: PPO with a critic, SAPO and M2PO are refused saying so", "[config][areal]") {
-  const fs::path previous = fs::current_path();
-  fs::current_path(source_dir());
-  CHECK_THROWS_WITH(load_config("tests/fixtures/areal/gsm8k_ppo.yaml", {}),
-                    Contains("gsm8k_ppo.yaml") && Contains("'critic'") && Contains("has no critic"));
-  fs::current_path(previous);
+TEST_CASE("AReaL configs: PPO with a critic, SAPO, M2PO, Megatron and Archon examples are refused saying so", "[config][areal]") {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"gsm8k_ppo.yaml", "has no critic"},
+      {"gsm8k_ppo_megatron.yaml", "has no critic"},
+      {"gsm8k_sapo.yaml", "SAPO is not built"},
+      {"gsm8k_m2po.yaml", "M2PO is not built"},
+      {"gsm8k_grpo_megatron.yaml", "names the engine 'megatron'"},
+      {"gsm8k_grpo_megatron_fp8.yaml", "Megatron engine is not built"},
+      {"gsm8k_grpo_megatron_lora.yaml", "AReaL removed behave_imp_weight_cap"},
+      {"gsm8k_grpo_megatron_lora_moe.yaml", "AReaL removed behave_imp_weight_cap"},
+      {"gsm8k_sft_archon_fp8.yaml", "Archon engine is not built"}};
+  for (const auto& [file, why] : refused) {
+    INFO(file);
+    std::string error;
+    try {
+      load_example(file, {{"actor.path", "tests/fixtures/models/tiny_chat"}});
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    CHECK_THAT(error, Contains(why));
+  }
   CHECK_THROWS_WITH(load_config_text("actor:\n  use_sapo_loss: true\n  sapo_tau_pos: 1.0\n", "sapo.yaml", {}),
                     Contains("sapo.yaml") && Contains("SAPO is not built"));
-  CHECK_THROWS_WITH(load_config_text("actor:\n  m2_threshold: 0.04\n", "m2po.yaml", {}), Contains("M2PO"));
   CHECK_THROWS_WITH(load_config_text("", "empty.yaml", {{"critic.path", "/m"}}),
                     Contains("command line") && Contains("has no critic"));
   // Off is fine: AReaL writes these in configs that use none of them.
@@ -296,33 +405,39 @@ TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[conf
   }
 }
 
-// AReaL's SFT example: its engine section is `model:` (the RL configs' `actor:`), its
-// backend the engine's name alone. It loads with AReaL's meaning and trains two steps.
+// AReaL's SFT example: the engine's name alone as its backend, an `sft` dataset. It
+// loads with its AReaL meaning and trains two steps on the test model.
 TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and trains", "[config][areal][binary][mpi]") {
-  const fs::path previous = fs::current_path();
-  fs::current_path(source_dir());
-  const Config sft = load_config("tests/fixtures/areal/gsm8k_sft.yaml", {});
-  CHECK_NOTHROW(validate_config(sft));
-  fs::current_path(previous);
+  const std::vector<Override> small = {{"job", "sft"},
+                                       {"actor.path", "tests/fixtures/models/tiny_chat"},
+                                       {"actor.dtype", "float32"},
+                                       {"actor.backend", "fsdp:d2"},
+                                       {"total_train_steps", "2"},
+                                       {"train_dataset.batch_size", "4"},
+                                       {"valid_dataset.batch_size", "4"},
+                                       {"train_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
+                                       {"valid_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
+                                       {"train_dataset.prompt_key", "question"},
+                                       {"valid_dataset.prompt_key", "question"}};
+  const Config sft = load_example("gsm8k_sft.yaml", small);
   CHECK(sft.job == "sft");
   CHECK(sft.model_path == "tests/fixtures/models/tiny_chat");
-  CHECK(sft.tokenizer_path == "tests/fixtures/models/tiny_chat");  // ${model.path}
-  CHECK(sft.actor.backend == "fsdp");
+  CHECK(sft.tokenizer_path == "tests/fixtures/models/tiny_chat");  // ${actor.path}
   CHECK(sft.actor.mb_spec.max_tokens_per_mb == 4096);
-  CHECK_FALSE(sft.actor.gradient_checkpointing);
+  CHECK(sft.actor.gradient_checkpointing);
   CHECK(sft.optimizer.beta2 == Approx(0.95));
   CHECK(sft.optimizer.eps == Approx(1e-5));
   CHECK(sft.optimizer.lr_scheduler_type == "cosine");
   CHECK(sft.train_dataset.type == "sft");
-  CHECK(ignored(sft, "launcher"));
-  // Both spellings of one option are still refused.
+  // AReaL's older SFT spelling, `model:` for `actor:`, still loads; both at once are refused.
+  CHECK(load_config_text("model:\n  dtype: float32\n", "model.yaml", {}).actor.dtype == "float32");
   CHECK_THROWS_WITH(load_config_text("model:\n  dtype: float32\nactor:\n  dtype: bfloat16\n", "both.yaml", {}),
                     Contains("set twice"));
 
   const fs::path root = fs::temp_directory_path() / ("areal_sft_example_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config tests/fixtures/areal/gsm8k_sft.yaml"
-                 " cluster.fileroot=" + root.string());
+  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kFixtures + "gsm8k_sft.yaml" +
+                 command_line(small) + " cluster.fileroot=" + root.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   int steps = 0, evaluations = 0;

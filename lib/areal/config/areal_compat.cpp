@@ -76,6 +76,12 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
   return keys;
 }
 
+// AReaL removed these and refuses them with this migration (areal/api/cli_args.py).
+constexpr const char* kRemovedBehaveKeys =
+    "AReaL removed behave_imp_weight_cap/behave_imp_weight_mode: use actor.rejection_sampling "
+    "(mode disabled: rejection_sampling: null; token_mask with cap X: {level: token, action: mask, metric: ratio, "
+    "upper: X}; token_truncate with cap X: {level: token, action: clamp, metric: ratio, upper: X})";
+
 const std::vector<RefusedKey>& refused_areal_keys() {
   static const std::vector<RefusedKey> keys = {
       {"critic.", "areal-train has no critic (a value model trained beside the policy, as AReaL's PPO example "
@@ -83,6 +89,14 @@ const std::vector<RefusedKey>& refused_areal_keys() {
       {"actor.use_sapo_loss", "SAPO is not built in areal-train yet; use the PPO clip (actor.eps_clip, "
                               "actor.eps_clip_higher)"},
       {"actor.m2_threshold", "M2PO is not built in areal-train yet"},
+      {"actor.megatron.", "the Megatron engine is not built in areal-train; its own FSDP engine trains "
+                          "(actor.backend: fsdp:dN)"},
+      {"actor.archon.", "the Archon engine is not built in areal-train; its own FSDP engine trains "
+                        "(actor.backend: fsdp:dN)"},
+      {"model.archon.", "the Archon engine is not built in areal-train; its own FSDP engine trains "
+                        "(actor.backend: fsdp:dN)"},
+      {"actor.behave_imp_weight_cap", kRemovedBehaveKeys},
+      {"actor.behave_imp_weight_mode", kRemovedBehaveKeys},
   };
   return keys;
 }

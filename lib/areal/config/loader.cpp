@@ -157,6 +157,20 @@ Layer read_yaml(const std::string& text, const std::string& source, IgnoredKeys&
   return layer;
 }
 
+// The keys under `node` that no option, alias or listed AReaL key accounts for.
+void collect_unlisted(const YAML::Node& node, const std::string& prefix, const std::string& areal_prefix,
+                      std::vector<std::string>& out) {
+  for (const auto& entry : node) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string written = areal_prefix.empty() ? key : areal_prefix + "." + key;
+    const std::string name = canonical_option_name(prefix.empty() ? key : prefix + "." + key);
+    if (find_option(name)) continue;
+    if (!refused_areal_key_reason(written).empty() || !ignored_areal_key_reason(written).empty()) continue;
+    if (is_group(name) && entry.second.IsMap()) collect_unlisted(entry.second, name, written, out);
+    else if (!(is_group(name) && entry.second.IsNull())) out.push_back(written);
+  }
+}
+
 // A CLI value is a list when its option is one: "a,b" or "[a, b]"; "[]" is empty.
 RawValue raw_from_cli(const OptionSpec& spec, const std::string& value) {
   RawValue raw;
@@ -284,6 +298,18 @@ Config load_config(const std::string& yaml_path, const std::vector<Override>& ov
   std::stringstream text;
   text << file.rdbuf();
   return load_config_text(text.str(), yaml_path, overrides);
+}
+
+std::vector<std::string> unlisted_keys(const std::string& yaml_path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(yaml_path);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(cat(mark_of(yaml_path, e.mark), ": ", e.msg));
+  }
+  std::vector<std::string> out;
+  if (root.IsMap()) collect_unlisted(root, "", "", out);
+  return out;
 }
 
 }  // namespace areal

@@ -25,4 +25,10 @@ Config load_config(const std::string& yaml_path, const std::vector<Override>& ov
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<Override>& overrides);
 
+// The keys of a YAML file that are neither options (in any spelling: aliases, AReaL's
+// names) nor AReaL keys listed as ignored or refused (areal_compat.h), as the file
+// spells them; empty for a file areal-train understands key for key. Values are not
+// checked. Throws ConfigError for a file that does not parse.
+std::vector<std::string> unlisted_keys(const std::string& yaml_path);
+
 }  // namespace areal
