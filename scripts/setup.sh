@@ -12,6 +12,8 @@ AREAL_VENV="${AREAL_VENV:-$HOME/.cache/areal-train/venv}"
 AREAL_TORCH="${AREAL_TORCH:-2.14.1}"
 # The independent references of the tests (HF model parity, safetensors interop).
 AREAL_TRANSFORMERS="${AREAL_TRANSFORMERS:-5.24.0}"
+# Arrow C++ and Parquet (datasets as Hugging Face downloads them) come from this wheel.
+AREAL_PYARROW="${AREAL_PYARROW:-26.0.1}"
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
@@ -42,14 +44,16 @@ if [ ! -x "$AREAL_VENV/bin/python" ]; then
   python3 -m venv "$AREAL_VENV"
 fi
 if ! "$AREAL_VENV/bin/python" - <<PY 2>/dev/null
-import sys, numpy, torch, transformers, safetensors, tokenizers, tensorboard, matplotlib, math_verify, peft
-sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH' or transformers.__version__ != '$AREAL_TRANSFORMERS')
+import sys, numpy, torch, transformers, safetensors, tokenizers, tensorboard, matplotlib, math_verify, peft, pyarrow
+sys.exit(torch.__version__.split('+')[0] != '$AREAL_TORCH' or transformers.__version__ != '$AREAL_TRANSFORMERS'
+         or pyarrow.__version__ != '$AREAL_PYARROW')
 PY
 then
   log "installing torch==$AREAL_TORCH, transformers==$AREAL_TRANSFORMERS into $AREAL_VENV (about 4 GB the first time)"
   "$AREAL_VENV/bin/pip" install -q --upgrade pip
   "$AREAL_VENV/bin/pip" install -q "torch==$AREAL_TORCH" "transformers==$AREAL_TRANSFORMERS" safetensors numpy \
-      tensorboard matplotlib math-verify peft  # tests read TensorBoard files with the real reader; the demo draws
-      # its plot; scripts/rewards/gsm8k.py verifies answers with math-verify; a test starts LoRA from PEFT's adapter
+      tensorboard matplotlib math-verify peft "pyarrow==$AREAL_PYARROW"  # tests read TensorBoard files with the
+      # real reader; the demo draws its plot; scripts/rewards/gsm8k.py verifies answers with math-verify; a test
+      # starts LoRA from PEFT's adapter; pyarrow: Arrow C++ for the build, and the tests write datasets with it
 fi
-log "ready: Debian packages present, torch $AREAL_TORCH and transformers $AREAL_TRANSFORMERS in $AREAL_VENV"
+log "ready: Debian packages present, torch $AREAL_TORCH, transformers $AREAL_TRANSFORMERS and pyarrow $AREAL_PYARROW in $AREAL_VENV"

@@ -29,7 +29,8 @@ const std::string kFixtures = "tests/fixtures/areal/";
 const std::string kGrpo = kFixtures + "gsm8k_grpo.yaml";
 
 // What makes AReaL's example a small local run here, in AReaL's spellings: the test
-// model and data, two steps of 4 prompts x 2 answers of at most 16 tokens, colocated on
+// model and GSM8K-shaped data in the layout of a Hugging Face download (train and test
+// splits of its main config, read by their fields as AReaL's GSM8K loader does), two steps of 4 prompts x 2 answers of at most 16 tokens, colocated on
 // 2 ranks, float32 for a CPU. `job` and `reward_fn` are areal-train's own (AReaL picks
 // them by the script it runs, and passes gsm8k_reward_fn from Python).
 const std::vector<Override> kSmallRun = {
@@ -42,10 +43,8 @@ const std::vector<Override> kSmallRun = {
     {"gconfig.max_new_tokens", "16"},
     {"train_dataset.batch_size", "4"},
     {"valid_dataset.batch_size", "8"},
-    {"train_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
-    {"valid_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
-    {"train_dataset.prompt_key", "question"},
-    {"valid_dataset.prompt_key", "question"},
+    {"train_dataset.path", "tests/fixtures/datasets/gsm8k"},
+    {"valid_dataset.path", "tests/fixtures/datasets/gsm8k"},
     {"rollout.backend", "sglang:d2p1t1"},
     {"actor.backend", "fsdp:d2p1t1"},
 };
@@ -414,11 +413,9 @@ TEST_CASE("AReaL configs: the GSM8K SFT example loads with its AReaL meaning and
                                        {"actor.backend", "fsdp:d2"},
                                        {"total_train_steps", "2"},
                                        {"train_dataset.batch_size", "4"},
-                                       {"valid_dataset.batch_size", "4"},
-                                       {"train_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
-                                       {"valid_dataset.path", "configs/data/gsm8k_smoke.jsonl"},
-                                       {"train_dataset.prompt_key", "question"},
-                                       {"valid_dataset.prompt_key", "question"}};
+                                       {"valid_dataset.batch_size", "2"},
+                                       {"train_dataset.path", "tests/fixtures/datasets/gsm8k"},
+                                       {"valid_dataset.path", "tests/fixtures/datasets/gsm8k"}};
   const Config sft = load_example("gsm8k_sft.yaml", small);
   CHECK(sft.job == "sft");
   CHECK(sft.model_path == "tests/fixtures/models/tiny_chat");

@@ -142,6 +142,7 @@ struct GenerationConfig {
 
 struct DatasetConfig {
   std::string path;
+  std::string split;  // of a dataset folder; empty: train for train_dataset, test for valid_dataset
   std::string type = "rl";
   std::string prompt_key = "prompt";
   std::string answer_key = "answer";

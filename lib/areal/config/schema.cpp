@@ -397,7 +397,11 @@ std::vector<OptionSpec> declare_options() {
       OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS)."),
 
       // ---- data ----
-      OPTION(train_dataset.path).doc("Training data: a JSONL file, or `builtin:<task>` for a generated task."),
+      OPTION(train_dataset.path).doc("Training data: a .parquet, .arrow or .jsonl file, a folder as Hugging Face "
+                                     "downloads a dataset (parquet shards by split, config folders), a "
+                                     "datasets.save_to_disk folder, or `builtin:<task>` for a generated task "
+                                     "(docs/data.md)."),
+      OPTION(train_dataset.split).doc("The split of a dataset folder to train on (empty: `train`)."),
       OPTION(train_dataset.type).doc("Dataset kind, as AReaL names it: `rl` (prompts and reference answers, "
                                      "job=rl) or `sft` (texts or prompt/answer pairs, job=sft).")
           .choices({"rl", "sft"}),
@@ -405,11 +409,15 @@ std::vector<OptionSpec> declare_options() {
       OPTION(train_dataset.shuffle).doc("Shuffle the prompts every epoch (seeded)."),
       OPTION(train_dataset.drop_last).doc("Drop the last incomplete batch of an epoch."),
       OPTION(train_dataset.max_length).doc("Skip prompts longer than this many tokens (0: no limit).").at_least(0),
-      OPTION(train_dataset.prompt_key).doc("JSONL field holding the prompt (job=rl)."),
-      OPTION(train_dataset.answer_key).doc("JSONL field holding the reference answer (job=rl)."),
+      OPTION(train_dataset.prompt_key).doc("Field holding the prompt (a string or chat messages); rows without it "
+                                           "are read by their fields: GSM8K, MATH, chat (docs/data.md)."),
+      OPTION(train_dataset.answer_key).doc("Field holding the reference answer (job=rl) or the text to train on "
+                                           "(job=sft) next to prompt_key; veRL's reward_model.ground_truth when "
+                                           "the row has no such field."),
       OPTION(valid_dataset.path).doc("Held-out data: prompts for greedy evaluation (job=rl), or sequences whose "
-                                     "loss is evaluated (job=sft); JSONL or `builtin:<task>` (empty: no "
+                                     "loss is evaluated (job=sft); as train_dataset.path (empty: no "
                                      "evaluation)."),
+      OPTION(valid_dataset.split).doc("The split of a dataset folder to evaluate on (empty: `test`, AReaL's)."),
       OPTION(valid_dataset.type).doc("Dataset kind: `rl` (held-out prompts and reference answers, job=rl), or "
                                      "`sft` (AReaL's SFT config: held-out sequences, job=sft).")
           .choices({"rl", "sft"}),
@@ -419,8 +427,8 @@ std::vector<OptionSpec> declare_options() {
       OPTION(valid_dataset.drop_last).doc("Unused for evaluation (every prompt is evaluated once)."),
       OPTION(valid_dataset.max_length).doc("Skip held-out prompts longer than this many tokens (0: no limit).")
           .at_least(0),
-      OPTION(valid_dataset.prompt_key).doc("JSONL field holding the held-out prompt."),
-      OPTION(valid_dataset.answer_key).doc("JSONL field holding the held-out reference answer."),
+      OPTION(valid_dataset.prompt_key).doc("Field holding the held-out prompt (as train_dataset.prompt_key)."),
+      OPTION(valid_dataset.answer_key).doc("Field holding the held-out reference answer (as train_dataset.answer_key)."),
       OPTION(evaluator.freq_epochs).doc("Evaluate on valid_dataset at the end of every N epochs, besides before the "
                                         "first and after the last step (0: never).").at_least(0),
       OPTION(evaluator.freq_secs).doc("Evaluate on valid_dataset when N seconds have passed since the last "

@@ -27,7 +27,7 @@ std::string hub_hint(const std::string& path, const std::string& repo_type) {
   if (!looks_like_hub_id(path)) return "";
   return cat(" ('", path, "' looks like a Hugging Face hub id: areal-train reads local files only; download it "
              "first, e.g. `huggingface-cli download", repo_type, " ", path, " --local-dir /data/", path,
-             "`, and give that directory", repo_type.empty() ? "" : " converted to JSONL (docs/rl.md)", ")");
+             "`, and give that directory", repo_type.empty() ? "" : " as it is (docs/data.md)", ")");
 }
 
 // A path that does not exist and names something on the hub is refused here, with how

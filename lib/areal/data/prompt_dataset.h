@@ -1,6 +1,6 @@
-// The prompts of an RL run with their reference answers: a JSONL file (one object per
-// line; the prompt and the answer under configurable keys) or a built-in task
-// (builtin_tasks.h). Prompts are tokenized once through the chat template; prompts
+// The prompts of an RL run with their reference answers: a dataset (dataset_files.h:
+// JSONL, parquet, Arrow, Hugging Face downloads and save_to_disk folders; the fields
+// as row_schema.h recognises them) or a built-in task (builtin_tasks.h). Prompts are tokenized once through the chat template; prompts
 // longer than max_length tokens are skipped and counted.
 #pragma once
 
@@ -19,9 +19,11 @@ struct Prompt {
 
 class PromptDataset {
  public:
-  // Throws std::runtime_error naming the file and line for unreadable rows.
+  // Throws std::runtime_error naming the file and row for unreadable rows. `split`
+  // picks the split of a folder.
   PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
-                int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl);
+                int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
+                const std::string& split = "train");
 
   size_t size() const { return prompts_.size(); }
   int64_t skipped() const { return skipped_; }

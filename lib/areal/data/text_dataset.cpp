@@ -3,13 +3,15 @@
 #include <stdexcept>
 
 #include "areal/data/builtin_tasks.h"
-#include "areal/data/jsonl.h"
+#include "areal/data/dataset_files.h"
+#include "areal/data/row_schema.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 
 TextDataset::TextDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
-                         int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl) {
+                         int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
+                         const std::string& split) {
   auto add = [&](SftSequence sequence) {
     if (max_length > 0 && static_cast<int64_t>(sequence.ids.size()) > max_length) {
       ++skipped_;
@@ -31,21 +33,11 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
   if (is_builtin_task(path)) {
     for (const auto& example : builtin_task(path)) add(prompt_answer(example.prompt, example.answer));
   } else {
-    for_each_jsonl_object(path, [&](const nlohmann::json& row, const std::string& where) {
-      if (row.contains("text")) {
-        if (!row["text"].is_string()) throw std::runtime_error(cat(where, ": field 'text' is not a string"));
-        add(whole_text(row["text"].get<std::string>()));
-        return;
-      }
-      const bool messages = row.contains(prompt_key) && row[prompt_key].is_array();  // AReaL's `messages`
-      if (!row.contains(prompt_key) || !(row[prompt_key].is_string() || messages) || !row.contains(answer_key) ||
-          !row[answer_key].is_string())
-        throw std::runtime_error(cat(where, ": no string field 'text', nor '", prompt_key, "' (a string or a list of "
-                                     "messages) and '", answer_key, "' (train_dataset.prompt_key, answer_key)"));
+    for_each_dataset_row(path, split, [&](const nlohmann::json& row, const std::string& where) {
+      const SftExample example = sft_example(row, where, prompt_key, answer_key);
       try {
-        add(messages ? prompt_answer("", row[answer_key].get<std::string>(),
-                                     chat_messages_json(row[prompt_key], cat(where, ": field '", prompt_key, "'")))
-                     : prompt_answer(row[prompt_key].get<std::string>(), row[answer_key].get<std::string>()));
+        add(example.text.empty() ? prompt_answer(example.prompt, example.answer, example.messages_json)
+                                 : whole_text(example.text));
       } catch (const std::exception& e) {
         if (starts_with(e.what(), where)) throw;
         throw std::runtime_error(cat(where, ": ", e.what()));

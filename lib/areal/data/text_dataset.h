@@ -1,10 +1,12 @@
 // The data of supervised fine-tuning, tokenized once with the model's tokenizer
-// (the byte tokenizer only when asked for or when the model has none). Rows of a JSONL
-// file are either
+// (the byte tokenizer only when asked for or when the model has none). Rows of a
+// dataset (dataset_files.h) are, by their fields (row_schema.h), either
 //   {"text": ...}                  the whole text is trained on: prefix + text + EOS
-//   {<prompt_key>, <answer_key>}   AReaL's SFT shape: the prompt through the chat
-//                                  template, then the answer and the end-of-turn token;
-//                                  the loss covers the answer (and its end) only
+//   a prompt and an answer         AReaL's SFT shape (prompt_key/answer_key, GSM8K's
+//                                  question/answer, MATH's problem/solution, a chat's
+//                                  messages and its last assistant turn): the prompt
+//                                  through the chat template, then the answer and the
+//                                  end-of-turn token; the loss covers the answer only
 // A built-in task (builtin_tasks.h) gives prompt/answer rows. Sequences
 // longer than max_length tokens are skipped and counted.
 #pragma once
@@ -25,9 +27,11 @@ struct SftSequence {
 
 class TextDataset {
  public:
-  // Throws std::runtime_error naming the file and line for unreadable input.
+  // Throws std::runtime_error naming the file and row for unreadable input. `split`
+  // picks the split of a folder.
   TextDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
-              int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl);
+              int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
+              const std::string& split = "train");
 
   size_t size() const { return sequences_.size(); }
   int64_t skipped() const { return skipped_; }

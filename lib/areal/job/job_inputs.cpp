@@ -77,13 +77,15 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
 
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
-    return std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, in.tmpl);
+    return std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, in.tmpl,
+                                           split_of(td, "train"));
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
   if (!cfg.valid_dataset.path.empty()) {
     const DatasetConfig& vd = cfg.valid_dataset;
     in.valid = loaded_for("valid_dataset.path", [&] {
-      return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl);
+      return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl,
+                                             split_of(vd, "test"));
     });
   }
 
@@ -155,13 +157,15 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
   const PromptTemplate tmpl = chat_template_for(cfg, *in.tokenizer);
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
-    return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl);
+    return std::make_unique<TextDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, tmpl,
+                                         split_of(td, "train"));
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " sequences longer than train_dataset.max_length skipped"));
   if (!cfg.valid_dataset.path.empty()) {
     const DatasetConfig& vd = cfg.valid_dataset;
     in.valid = loaded_for("valid_dataset.path", [&] {
-      return std::make_unique<TextDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, tmpl);
+      return std::make_unique<TextDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, tmpl,
+                                           split_of(vd, "test"));
     });
     if (in.valid->size() == 0)
       throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
@@ -181,6 +185,10 @@ std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig&
     throw ConfigError(cat("the tokenizer has ", tokenizer->vocab_size(), " tokens but the model's vocab_size is ",
                           model.vocab_size, " (tokenizer_path names another tokenizer; `byte` is the byte-level one)"));
   return tokenizer;
+}
+
+std::string split_of(const DatasetConfig& dataset, const std::string& role_default) {
+  return dataset.split.empty() ? role_default : dataset.split;
 }
 
 PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer) {

@@ -30,6 +30,10 @@ std::unique_ptr<Tokenizer> model_tokenizer(const Config& cfg, const ModelConfig&
 // template), with enable_thinking.
 PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer);
 
+// The split a dataset folder is read at: the option's, else AReaL's for the role
+// (`train` for train_dataset, `test` for valid_dataset).
+std::string split_of(const DatasetConfig& dataset, const std::string& role_default);
+
 // Loads and checks the inputs of cfg.job (nothing for job=init beyond the model's
 // options). `model` is the config.json the init will build (init_model_config).
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model);

@@ -29,7 +29,8 @@ void run_preview(const Config& cfg, std::ostream& out) {
   const DatasetConfig& td = cfg.train_dataset;
   std::unique_ptr<PromptDataset> data;
   try {
-    data = std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *tokenizer, tmpl);
+    data = std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *tokenizer, tmpl,
+                                           split_of(td, "train"));
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& e) {

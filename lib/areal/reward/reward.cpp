@@ -11,9 +11,7 @@
 #include "areal/util/strings.h"
 
 namespace areal {
-namespace {
 
-// The contents of the last \boxed{...}, with nested braces balanced.
 std::optional<std::string> last_boxed(const std::string& text) {
   size_t at = text.rfind("\\boxed{");
   if (at == std::string::npos) return std::nullopt;
@@ -24,6 +22,8 @@ std::optional<std::string> last_boxed(const std::string& text) {
   }
   return std::nullopt;  // unbalanced
 }
+
+namespace {
 
 std::optional<double> parse_plain(std::string s) {
   std::string cleaned;

@@ -57,6 +57,9 @@ class Rewarder {
 double reward_or_zero(const RewardFn& reward, const std::string& answer, const std::string& reference,
                       int64_t& failures);
 
+// The contents of the last \boxed{...} of `text` (nested braces balanced), if any.
+std::optional<std::string> last_boxed(const std::string& text);
+
 // The final answer of a solution text, or nothing when it has none.
 std::optional<std::string> extract_math_answer(const std::string& text);
 
