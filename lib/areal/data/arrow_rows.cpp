@@ -90,7 +90,7 @@ void batch_rows(const arrow::RecordBatch& batch, const std::string& path, int64_
 std::unique_ptr<parquet::arrow::FileReader> open_parquet(const std::string& path) {
   auto file = value_or_throw(arrow::io::ReadableFile::Open(path), path, "cannot read the dataset");
   try {
-    return value_or_throw(parquet::arrow::OpenFile(file, arrow::default_memory_pool()), path, "not a parquet file");
+    return value_or_throw(parquet::arrow::OpenFile(file, arrow::system_memory_pool()), path, "not a parquet file");
   } catch (const parquet::ParquetException& e) {
     throw failure(path, std::string("not a parquet file (") + e.what() + ")");
   }
@@ -99,15 +99,17 @@ std::unique_ptr<parquet::arrow::FileReader> open_parquet(const std::string& path
 }  // namespace
 
 void for_each_parquet_row(const std::string& path, const RowCallback& row) {
+  // One row group at a time, from the system allocator (the wheel's default pool keeps
+  // what it freed): a 1 GB file streams in tens of MiB (bench/run_data.sh).
   std::unique_ptr<parquet::arrow::FileReader> reader = open_parquet(path);
-  std::unique_ptr<arrow::RecordBatchReader> batches =
-      value_or_throw(reader->GetRecordBatchReader(), path, "cannot read the parquet file");
   int64_t done = 0;
-  while (true) {
+  for (int g = 0; g < reader->num_row_groups(); ++g) {
+    std::shared_ptr<arrow::Table> group;
+    if (arrow::Status s = reader->ReadRowGroup(g, &group); !s.ok())
+      throw failure(path, "cannot read row group " + std::to_string(g) + ": " + s.message());
+    arrow::TableBatchReader batches(*group);
     std::shared_ptr<arrow::RecordBatch> batch;
-    if (arrow::Status s = batches->ReadNext(&batch); !s.ok()) throw failure(path, "cannot read: " + s.message());
-    if (!batch) break;
-    batch_rows(*batch, path, done, row);
+    while (batches.ReadNext(&batch).ok() && batch) batch_rows(*batch, path, done, row);
   }
 }
 
@@ -121,7 +123,9 @@ void for_each_arrow_row(const std::string& path, const RowCallback& row) {
   // datasets writes the IPC stream format; the IPC file format (Feather v2) is read too.
   auto file = value_or_throw(arrow::io::ReadableFile::Open(path), path, "cannot read the dataset");
   int64_t done = 0;
-  if (auto stream = arrow::ipc::RecordBatchStreamReader::Open(file); stream.ok()) {
+  arrow::ipc::IpcReadOptions options = arrow::ipc::IpcReadOptions::Defaults();
+  options.memory_pool = arrow::system_memory_pool();  // freed batches go back: the pools of the wheel keep them
+  if (auto stream = arrow::ipc::RecordBatchStreamReader::Open(file, options); stream.ok()) {
     std::shared_ptr<arrow::RecordBatchReader> reader = *stream;
     while (true) {
       std::shared_ptr<arrow::RecordBatch> batch;
@@ -130,7 +134,7 @@ void for_each_arrow_row(const std::string& path, const RowCallback& row) {
       batch_rows(*batch, path, done, row);
     }
   }
-  auto reader = value_or_throw(arrow::ipc::RecordBatchFileReader::Open(file), path,
+  auto reader = value_or_throw(arrow::ipc::RecordBatchFileReader::Open(file, options), path,
                                "not an Arrow file (neither the IPC stream nor the IPC file format)");
   for (int b = 0; b < reader->num_record_batches(); ++b)
     batch_rows(*value_or_throw(reader->ReadRecordBatch(b), path, "cannot read"), path, done, row);
