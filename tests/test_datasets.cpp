@@ -184,3 +184,21 @@ TEST_CASE("datasets: a bad dataset exits 2 before the init, naming the option an
   CHECK_THAT(r.output, Contains("option 'train_dataset.path'") && Contains(junk) && Contains("not a parquet file"));
   fs::remove(junk);
 }
+
+TEST_CASE("datasets: train_dataset.split picks a download's split through the binary", "[data][binary]") {
+  const std::string preview = train_bin() + " --job preview --model_path " +
+                              source_path("tests/fixtures/models/tiny_chat") + " --train_dataset.path " +
+                              source_path(kData + "gsm8k") + " --preview_prompts 1";
+  Result train = run(preview);
+  INFO(train.output);
+  CHECK(train.exit_code == 0);
+  CHECK_THAT(train.output, Contains("gsm8k: 8 prompts"));
+  Result test = run(preview + " --train_dataset.split test");
+  INFO(test.output);
+  CHECK(test.exit_code == 0);
+  CHECK_THAT(test.output, Contains("gsm8k: 2 prompts"));
+  Result missing = run(preview + " --train_dataset.split validation");
+  INFO(missing.output);
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Contains("option 'train_dataset.path'") && Contains("no split 'validation'"));
+}
