@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # areal-train side by side with PyTorch FSDP2 (bench/reference/, the same torch wheel),
 # in one run on one machine, same checkpoints and data:
-#   init      N in NP_INIT: areal-train memory-efficient and plain (--job init) vs FSDP2
-#             AReaL-style (rank 0 loads, broadcast_from_rank0) and plain; per-rank wall
+#   init      N in NP_INIT: areal-train (--job init) rank-0 streaming (memory_efficient_load
+#             true) vs FSDP2 AReaL-style (rank 0 loads, broadcast_from_rank0), and sliced
+#             reads (false) vs FSDP2 plain (every rank from_pretrained); per-rank wall
 #             time and peak host-memory growth; the raw read time of the checkpoint
 #   training  N in NP_TRAIN, activation checkpointing on and off on both sides (CKPT_MODES):
 #             areal-train --job sft vs FSDP2, same batch, data, AdamW, clipping: tokens/s
@@ -14,6 +15,8 @@
 # Writes bench/results/vs_fsdp2.json, vs_fsdp2.md and vs_fsdp2.png.
 #   bench/run_vs_fsdp2.sh                              # the full benchmark (~0.5 B init, 74 M training)
 #   SMOKE=1 bench/run_vs_fsdp2.sh                      # tiny models, N=2 only: the CI smoke run
+#   PARTS=init bench/run_vs_fsdp2.sh                   # some parts only (init training packing);
+#                                                      # results then go to vs_fsdp2_<label>-<parts>.*
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 export AREAL_BENCH_DEVICE="${AREAL_BENCH_DEVICE:-auto}"
@@ -32,6 +35,13 @@ else
   PACK_NP="${PACK_NP:-1 2}"; PACK_BATCH=8; PACK_STEPS=4; PACK_MIN=32; PACK_MAX=512; PACK_MEDIAN=100; PACK_BUDGET=1024
 fi
 LR=1e-4
+PARTS="${PARTS:-init training packing}"
+export AREAL_BENCH_PARTS="$PARTS"
+[ "$PARTS" = "init training packing" ] || label="$label-${PARTS// /-}"
+wants() { [[ " $PARTS " == *" $1 "* ]]; }
+wants init || NP_INIT=""
+wants training || NP_TRAIN=""
+wants packing || PACK_NP=""
 CKPT_MODES="${CKPT_MODES:-true false}"  # actor.gradient_checkpointing / FSDP2 activation checkpointing
 
 # Training rows of exactly SEQ byte tokens (BOS + SEQ-2 bytes + EOS), seeded; both sides use

@@ -24,7 +24,7 @@ def init_rows(work):
     for path in sorted(glob.glob(f"{work}/runs/init/areal_np*/init_stages.json")):
         np_, efficient = re.match(r".*areal_np(\d+)_(true|false)", path).groups()
         report = json.load(open(path))
-        rows.append({"side": "areal-train", "mode": "memory-efficient" if efficient == "true" else "plain",
+        rows.append({"side": "areal-train", "mode": "memory-efficient" if efficient == "true" else "sliced",
                      "world_size": int(np_),
                      "seconds": [r["seconds"] for r in report["ranks"]],
                      "peak_growth_bytes": [r["peak_growth_bytes"] for r in report["ranks"]]})
@@ -89,18 +89,26 @@ def main(work, init_model, train_model, results, label, warmup):
     init, train, pack = init_rows(work), train_rows(work, warmup), pack_rows(work, warmup)
     raw = raw_read_seconds(os.path.join(init_model, "model.safetensors"))
     comparisons, failures = [], []
+    # areal-train's rank-0 streaming against FSDP2's rank-0 load + broadcast (AReaL's
+    # memory_efficient_load), its sliced reads against FSDP2's plain load (every rank
+    # from_pretrained: AReaL's default), and its two paths against each other.
     for n in sorted({r["world_size"] for r in init}):
-        for mode in ("memory-efficient", "plain"):
-            a, f = find(init, side="areal-train", mode=mode, world_size=n), find(init, side="FSDP2", mode=mode, world_size=n)
+        for what, a_mode, f_side, f_mode, targets in (
+                ("init, memory-efficient", "memory-efficient", "FSDP2", "memory-efficient",
+                 {"peak_memory_ratio": 0.5, "time_ratio": 1.0}),
+                ("init, sliced vs FSDP2 plain", "sliced", "FSDP2", "plain", {"peak_memory_ratio": 0.5, "time_ratio": 1.0}),
+                ("init, sliced vs memory-efficient", "sliced", "areal-train", "memory-efficient",
+                 {"peak_memory_ratio": 1.1, "time_ratio": 1.0})):
+            a, f = find(init, side="areal-train", mode=a_mode, world_size=n), find(init, side=f_side, mode=f_mode, world_size=n)
             if a and f:
                 comparisons.append({
-                    "what": f"init, {mode}", "world_size": n,
+                    "what": what, "world_size": n,
                     "areal_peak_growth_worst_rank": max(a["peak_growth_bytes"]),
                     "fsdp2_peak_growth_worst_rank": max(f["peak_growth_bytes"]),
                     "peak_memory_ratio": max(a["peak_growth_bytes"]) / max(f["peak_growth_bytes"]),
                     "areal_seconds": max(a["seconds"]), "fsdp2_seconds": max(f["seconds"]),
                     "time_ratio": max(a["seconds"]) / max(f["seconds"]), "raw_read_seconds": raw,
-                    "targets": {"peak_memory_ratio": 0.5, "time_ratio": 1.0} if mode == "memory-efficient" else {}})
+                    "targets": targets})
     for n, ckpt in sorted({(r["world_size"], r["checkpointing"]) for r in train}, key=lambda k: (not k[1], k[0])):
         a = find(train, side="areal-train", world_size=n, checkpointing=ckpt)
         f = find(train, side="FSDP2", world_size=n, checkpointing=ckpt)
@@ -135,7 +143,10 @@ def main(work, init_model, train_model, results, label, warmup):
                 "vs_padded": packed["tokens_per_second_per_rank"] / padded["tokens_per_second_per_rank"],
                 "vs_fsdp2": packed["tokens_per_second_per_rank"] / f["tokens_per_second_per_rank"],
                 "targets": {"vs_padded": 1.5, "vs_fsdp2": 1.5}})
-    for what in ("training, checkpointing on", "training, checkpointing off", "packing"):
+    parts = os.environ.get("AREAL_BENCH_PARTS", "init training packing").split()
+    expected = {"init": ["init, memory-efficient", "init, sliced vs FSDP2 plain", "init, sliced vs memory-efficient"],
+                "training": ["training, checkpointing on", "training, checkpointing off"], "packing": ["packing"]}
+    for what in [w for part in parts for w in expected[part]]:
         if not any(c["what"] == what for c in comparisons):
             failures.append(f"no '{what}' comparison: a run of one side failed (see its output above)")
     for c in comparisons:
@@ -151,7 +162,8 @@ def main(work, init_model, train_model, results, label, warmup):
         json.dump({"meta": meta, "comparisons": comparisons, "init_runs": init, "train_runs": train, "pack_runs": pack},
                   out, indent=1)
     lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, "
-             f"{meta['device']}; ratios are areal-train / FSDP2 (targets in brackets).", "",
+             f"{meta['device']}; ratios are areal-train / FSDP2 (targets in brackets), except the rows "
+             "'sliced vs memory-efficient': areal-train's two init paths, sliced / rank-0 streaming.", "",
              "| what | N | peak mem growth, worst rank (areal / FSDP2) | ratio | time or tokens/s per rank (areal / FSDP2) | ratio |",
              "|---|---|---|---|---|---|"]
     for c in comparisons:
@@ -164,8 +176,8 @@ def main(work, init_model, train_model, results, label, warmup):
                          f"[<= {c['targets']['peak_memory_ratio']}] | {speed} | "
                          f"{c['throughput_ratio']:.2f} [>= {c['targets']['throughput_ratio']}] |")
         else:
-            bracket = " [<= 0.5]" if c["targets"] else ""
-            tbracket = " [<= 1.0]" if c["targets"] else ""
+            bracket = f" [<= {c['targets']['peak_memory_ratio']}]"
+            tbracket = f" [<= {c['targets']['time_ratio']}]"
             lines.append(f"| {c['what']} | {c['world_size']} | {mem} | {c['peak_memory_ratio']:.2f}{bracket} | "
                          f"{c['areal_seconds']:.2f} / {c['fsdp2_seconds']:.2f} s (raw read {raw:.2f} s) | "
                          f"{c['time_ratio']:.2f}{tbracket} |")
@@ -194,25 +206,35 @@ def plot(comparisons, path, meta):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    eff = [c for c in comparisons if c["what"] == "init, memory-efficient"]
-    train = [c for c in comparisons if c["what"].startswith("training")]
-    width = 0.38
-    for ax, rows, key_a, key_f, scale, title, unit in (
-            (axes[0], eff, "areal_peak_growth_worst_rank", "fsdp2_peak_growth_worst_rank", MIB,
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    init = {c["what"]: {r["world_size"]: r for r in comparisons if r["what"] == c["what"]} for c in comparisons}
+    streamed, sliced = init.get("init, memory-efficient", {}), init.get("init, sliced vs FSDP2 plain", {})
+    ns = sorted(set(streamed) | set(sliced))
+    width = 0.2
+    for ax, key_a, key_f, scale, title, unit in (
+            (axes[0], "areal_peak_growth_worst_rank", "fsdp2_peak_growth_worst_rank", MIB,
              "init peak memory growth, worst rank", "MiB"),
-            (axes[1], eff, "areal_seconds", "fsdp2_seconds", 1, "init wall time", "s"),
-            (axes[2], train, "areal_tokens_per_second_per_rank", "fsdp2_tokens_per_second_per_rank", 1,
-             "training tokens/s per rank", "tokens/s")):
-        xs = list(range(len(rows)))
-        ax.bar([x - width / 2 for x in xs], [r[key_a] / scale for r in rows], width, label="areal-train")
-        ax.bar([x + width / 2 for x in xs], [r[key_f] / scale for r in rows], width, label="FSDP2")
-        ax.set_xticks(xs, [f"N={r['world_size']}" + ("" if r["what"].startswith("init") else
-                                                       " ckpt" if r["what"].endswith("on") else " keep") for r in rows],
-                      fontsize=7)
+            (axes[1], "areal_seconds", "fsdp2_seconds", 1, "init wall time", "s")):
+        for i, (label, rows, key) in enumerate((("areal-train streamed", streamed, key_a),
+                                                ("areal-train sliced", sliced, key_a),
+                                                ("FSDP2 rank 0 + broadcast", streamed, key_f),
+                                                ("FSDP2 plain", sliced, key_f))):
+            xs = [x for x, n in enumerate(ns) if n in rows]
+            ax.bar([x + (i - 1.5) * width for x in xs], [rows[ns[x]][key] / scale for x in xs], width, label=label)
+        ax.set_xticks(list(range(len(ns))), [f"N={n}" for n in ns], fontsize=7)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+    train = [c for c in comparisons if c["what"].startswith("training")]
+    xs = list(range(len(train)))
+    ax = axes[2]
+    ax.bar([x - 0.19 for x in xs], [r["areal_tokens_per_second_per_rank"] for r in train], 0.38, label="areal-train")
+    ax.bar([x + 0.19 for x in xs], [r["fsdp2_tokens_per_second_per_rank"] for r in train], 0.38, label="FSDP2")
+    ax.set_xticks(xs, [f"N={r['world_size']}" + (" ckpt" if r["what"].endswith("on") else " keep") for r in train],
+                  fontsize=7)
+    ax.set_title("training tokens/s per rank", fontsize=10)
+    ax.set_ylabel("tokens/s")
+    ax.legend(fontsize=8)
     fig.suptitle(f"areal-train vs PyTorch FSDP2 ({meta['device']}, {meta['cores']} cores, torch {meta['torch']}, "
                  f"{meta['date']})", fontsize=10)
     fig.tight_layout()

@@ -58,6 +58,15 @@ TEST_CASE("lora: memory-efficient load keeps the base exact, adapters start at B
       CHECK(at::equal(view, checkpoint.read(name)));
     }
   }
+  // The sliced path (memory_efficient_load false) gives the same base and adapters, bit for bit.
+  {
+    Config sliced_cfg = cfg;
+    sliced_cfg.fsdp.memory_efficient_load = false;
+    InitResult sliced = staged_init(sliced_cfg, g_me, *g_comm);
+    for (size_t u = 0; u < model.units().size(); ++u) CHECK(at::equal(sliced.model->shard(u), model.shard(u)));
+    for (size_t l = 0; l < model.adapter_units().size(); ++l)
+      CHECK(at::equal(sliced.model->adapter_shard(l), model.adapter_shard(l)));
+  }
   // The adapters: every linear of every layer, A random within PEFT's bound, B zero.
   const int64_t linears = 7;
   for (size_t layer = 0; layer < model.adapter_units().size(); ++layer) {

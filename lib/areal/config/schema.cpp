@@ -208,7 +208,9 @@ std::vector<OptionSpec> declare_options() {
       // ---- FSDP engine ----
       OPTION(fsdp.memory_efficient_load)
           .doc("Rank 0 streams the checkpoint tensor by tensor and sends each rank its shard; no rank holds "
-               "the whole model. Cannot be combined with `init_from_scratch`."),
+               "the whole model. Without it, every rank reads only its own slices of the checkpoint (no "
+               "whole model either, and the ranks read in parallel); use it when only rank 0 can read the "
+               "checkpoint or the filesystem punishes many readers. Cannot be combined with `init_from_scratch`."),
       OPTION(fsdp.reshard_after_forward).doc("Free each unit's gathered weights after its forward pass.")
           .planned("keeping gathered units after forward"),
       OPTION(fsdp.offload_params).doc("Keep parameter shards in host memory between uses.")

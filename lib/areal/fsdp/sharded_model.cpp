@@ -1,16 +1,43 @@
 #include "areal/fsdp/sharded_model.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
+
 #include <ATen/ATen.h>
 
 namespace areal {
 
+namespace {
+
+// Asks the kernel for transparent huge pages under a large host buffer before its pages
+// are first touched: a 2 GB shard then faults in 1,000 times, not 500,000 (measured on
+// the 0.5 B model, whole init: sliced 2.0 s -> 1.4 s at N = 1 and 1.1 -> 0.6-0.9 s at
+// N = 2; rank-0 streaming 2.7 -> 2.1 s at N = 1). Where THP is off this does nothing.
+void advise_huge_pages(const at::Tensor& buffer) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(buffer.data_ptr());
+  const uintptr_t first = (begin + kHuge - 1) & ~(kHuge - 1), last = (begin + buffer.nbytes()) & ~(kHuge - 1);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+}
+
+}  // namespace
+
 ShardedModel::ShardedModel(std::shared_ptr<CausalLM> skeleton, std::vector<UnitLayout> units, int rank,
-                           int world_size, at::Device device)
+                           int world_size, at::Device device, bool zero_fill)
     : skeleton_(std::move(skeleton)), units_(std::move(units)), rank_(rank), world_size_(world_size) {
-  // Zero-filled although every init path overwrites every element: touching the pages
-  // here, on all ranks at once, is cheaper than faulting them in during the scatter
-  // (measured: -np 2, 0.5 B model, 1.30 s vs 1.78 s for the whole init).
-  for (const auto& u : units_) shards_.push_back(at::zeros({u.shard_numel}, at::TensorOptions(device).dtype(at::kFloat)));
+  // Zero-filled by default although every init path overwrites every element: touching
+  // the pages here, on all ranks at once, is cheaper than faulting them in during the
+  // scatter (measured: -np 2, 0.5 B model, 1.30 s vs 1.78 s for the whole init). A
+  // sliced load faults them in while reading instead, touching them once, not twice.
+  for (const auto& u : units_) {
+    at::Tensor shard = at::empty({u.shard_numel}, at::TensorOptions(device).dtype(at::kFloat));
+    if (shard.is_cpu()) advise_huge_pages(shard);
+    if (zero_fill) shard.zero_();
+    shards_.push_back(shard);
+  }
 }
 
 int64_t ShardedModel::shard_bytes() const {

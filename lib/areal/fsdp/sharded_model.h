@@ -13,9 +13,10 @@ namespace areal {
 
 class ShardedModel {
  public:
-  // Allocates this rank's shards (zeros) on `device`.
+  // Allocates this rank's shards on `device`: zeros, or uninitialized for a caller that
+  // writes every element at once (the sliced load reads straight into them).
   ShardedModel(std::shared_ptr<CausalLM> skeleton, std::vector<UnitLayout> units, int rank, int world_size,
-               at::Device device);
+               at::Device device, bool zero_fill = true);
 
   CausalLM& skeleton() { return *skeleton_; }
   const ModelConfig& config() const { return skeleton_->config(); }

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "areal/dist/bootstrap.h"
 #include "areal/fsdp/lora.h"
 #include "areal/io/checkpoint.h"
 #include "areal/io/hf_model_dir.h"
@@ -112,18 +113,60 @@ ModelConfig init_model_config(const Config& cfg) {
 
 namespace {
 
+// The checkpoint opened and checked against the skeleton (every tensor named before any
+// is read) on the ranks that read it. A damaged checkpoint is refused alike on every
+// rank with the first failing rank's message (exit 2, printed once), whichever path.
+std::unique_ptr<io::CheckpointReader> open_checkpoint(const Config& cfg, const RankInfo& me, const CausalLM& skeleton,
+                                                      bool this_rank_reads) {
+  std::unique_ptr<io::CheckpointReader> checkpoint;
+  check_on_every_rank(me, [&] {
+    if (!this_rank_reads) return;
+    try {
+      checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
+      check_hf_weights(skeleton, *checkpoint);
+    } catch (const io::CheckpointError& e) {
+      throw ConfigError(cat("option 'model_path': ", e.what()));
+    }
+  });
+  return checkpoint;
+}
+
+// What every tensor of the checkpoint is and where its bytes lie (names, dtypes, shapes,
+// files, offsets), hashed (FNV-1a): ranks that read their own slices must agree on it,
+// or a shared filesystem shows them different files under one path.
+uint64_t layout_digest(const io::CheckpointReader& checkpoint) {
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const std::string& text) {
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  };
+  for (const auto& name : checkpoint.names()) {
+    const io::TensorEntry& e = checkpoint.entry(name);
+    mix(cat(name, "|", std::filesystem::path(checkpoint.file_of(name)).filename().string(), "|",
+            static_cast<int>(e.dtype), "|", shape_text(e.shape), "|", e.begin, "|", e.end, ";"));
+  }
+  return hash;
+}
+
+void check_same_checkpoint(const Config& cfg, const RankInfo& me, Communicator& comm,
+                           const io::CheckpointReader& checkpoint) {
+  const uint64_t mine = layout_digest(checkpoint);
+  at::Tensor rank0 = at::tensor({static_cast<int64_t>(mine)}, at::kLong);
+  comm.broadcast(rank0, 0);
+  check_on_every_rank(me, [&] {
+    if (static_cast<uint64_t>(rank0.item<int64_t>()) != mine)
+      throw ConfigError(cat("option 'model_path': ", cfg.model_path, " is not the same checkpoint on this rank as on ",
+                            "rank 0 (the tensors' names, dtypes, shapes or file offsets differ): a shared filesystem ",
+                            "out of sync, or different files under one path on different nodes"));
+  });
+}
+
 // Memory-efficient: rank 0 streams the checkpoint tensor by tensor; each unit's shards
 // are scattered piece by piece. Returns the fingerprints of the units read (rank 0).
 void stream_from_rank0(const Config& cfg, const RankInfo& me, Communicator& comm, const CausalLM& skeleton,
                        ShardedModel& model, StageMeter& load_stage, StageMeter& send_stage, int64_t load_base,
                        std::vector<int64_t>& expected) {
-  Clock::time_point t;
-  std::unique_ptr<io::CheckpointReader> checkpoint;
-  t = load_stage.begin(load_base);
-  if (me.rank == 0) {
-    checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
-    check_hf_weights(skeleton, *checkpoint);  // every tensor named before any is sent
-  }
+  Clock::time_point t = load_stage.begin(load_base);
+  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, me, skeleton, me.rank == 0);
   load_stage.end(t);
   Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
                     me.rank == 0);
@@ -158,29 +201,59 @@ void stream_from_rank0(const Config& cfg, const RankInfo& me, Communicator& comm
   progress.finish();
 }
 
-// The plain path: the whole state dict in every rank's memory, then slices.
-void load_whole(const Config& cfg, const RankInfo& me, const CausalLM& skeleton, ShardedModel& model,
-                StageMeter& load_stage, int64_t load_base, std::vector<int64_t>& expected) {
-  auto t = load_stage.begin(load_base);
-  io::CheckpointReader checkpoint(cfg.model_path);
-  check_hf_weights(skeleton, checkpoint);
-  std::map<std::string, at::Tensor> state;
-  for (const auto& name : checkpoint.names()) state[name] = checkpoint.read(name).to(at::kFloat);
+// The bytes of the checkpoint that fall in this rank's shards (what it reads).
+int64_t own_slice_bytes(const io::CheckpointReader& checkpoint, const ShardedModel& model) {
+  int64_t bytes = 0;
+  for (const UnitLayout& unit : model.units()) {
+    const int64_t begin = unit.shard_begin(model.rank()), end = begin + unit.shard_numel;
+    for (const auto& slot : unit.params) {
+      const int64_t overlap = std::min(end, slot.offset + slot.numel) - std::max(begin, slot.offset);
+      if (overlap > 0) bytes += overlap * static_cast<int64_t>(io::dtype_size(checkpoint.entry(slot.name).dtype));
+    }
+  }
+  return bytes;
+}
+
+// Sliced reads: every rank reads only the byte ranges of its own shard of every unit,
+// converting to float32 as it goes; no rank holds a whole tensor, unit or state dict,
+// and nothing is sent. On the CPU the pieces land straight in the shard; on a device
+// they pass through one staging buffer of at most kScatterChunk elements. Returns this
+// rank's fingerprints of what it read (summed over the ranks by verify).
+void read_own_slices(const Config& cfg, const RankInfo& me, Communicator& comm, const CausalLM& skeleton,
+                     ShardedModel& model, StageMeter& load_stage, int64_t load_base, std::vector<int64_t>& expected) {
+  Clock::time_point t = load_stage.begin(load_base);
+  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, me, skeleton, true);
+  check_same_checkpoint(cfg, me, comm, *checkpoint);
+  Progress progress("reading this rank's slices of the checkpoint", own_slice_bytes(*checkpoint, model), me.rank == 0);
+  const bool on_cpu = model.shard(0).is_cpu();
+  at::Tensor staging;
+  if (!on_cpu) staging = at::empty({kScatterChunk}, at::kFloat);
   for (size_t u = 0; u < model.units().size(); ++u) {
     const UnitLayout& unit = model.units()[u];
-    at::Tensor flat = at::zeros({unit.padded_numel}, at::kFloat);
-    for (const auto& slot : unit.params) flat.narrow(0, slot.offset, slot.numel).copy_(state.at(slot.name).view(-1));
-    model.shard(u).copy_(flat.narrow(0, unit.shard_begin(me.rank), unit.shard_numel));
-    expected[u] = fingerprint(flat);
+    uint32_t unit_fingerprint = 0;
+    for (int64_t first = 0; first < unit.shard_numel; first += kScatterChunk) {
+      const int64_t length = std::min(kScatterChunk, unit.shard_numel - first);
+      at::Tensor piece = model.shard(u).narrow(0, first, length);
+      at::Tensor read_into = on_cpu ? piece : staging.narrow(0, 0, length);
+      read_unit_range(*checkpoint, unit, unit.shard_begin(me.rank) + first, read_into, progress);
+      unit_fingerprint += static_cast<uint32_t>(fingerprint(read_into));
+      if (!on_cpu) piece.copy_(read_into);
+    }
+    expected[u] = unit_fingerprint;
   }
+  progress.finish();
   load_stage.end(t);
 }
 
+// Where the fingerprints of the units that were read are known.
+enum class ReadBy { rank0, every_rank_whole, each_rank_its_slices };
+
 // The shards of all ranks together are exactly the units that were read.
-void verify_shards(const ShardedModel& model, const std::vector<int64_t>& expected, bool from_rank0,
+void verify_shards(const ShardedModel& model, const std::vector<int64_t>& expected, ReadBy read_by,
                    Communicator& comm) {
   at::Tensor want = at::tensor(expected, at::kLong);
-  if (from_rank0) comm.broadcast(want, 0);  // only rank 0 saw the data
+  if (read_by == ReadBy::rank0) comm.broadcast(want, 0);  // only rank 0 saw the data
+  if (read_by == ReadBy::each_rank_its_slices) comm.all_reduce(want, ReduceOp::Sum);
   std::vector<int64_t> local;
   for (size_t u = 0; u < model.units().size(); ++u) local.push_back(fingerprint(model.shard(u)));
   at::Tensor got = at::tensor(local, at::kLong);
@@ -217,7 +290,7 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   const int64_t rss_before = current_rss_bytes();
   const auto init_start = Clock::now();
   log::info(cat("staged init: ", !from_checkpoint ? cat("from seed ", cfg.seed)
-                                 : cat(streaming ? "memory-efficient load of " : "plain load of ", cfg.model_path),
+                                 : cat(streaming ? "memory-efficient load of " : "sliced load of ", cfg.model_path),
                 " on ", me.world_size, " ranks"));
 
   // 1. cpu_skeleton: names and shapes on the meta device, no parameter storage.
@@ -230,8 +303,9 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   StageMeter shard_stage("fsdp_shard");
   t = shard_stage.begin();
   auto units = plan_units(*skeleton, me.world_size);
+  const bool sliced = from_checkpoint && !streaming;  // reads every element of every shard: no zero-fill
   result.model = std::make_unique<ShardedModel>(skeleton, std::move(units), me.rank, me.world_size,
-                                                at::Device(me.device));
+                                                at::Device(me.device), /*zero_fill=*/!sliced);
   ShardedModel& model = *result.model;
   // LoRA: the adapter layout, and a starting adapter (actor.lora_adapter_path) read and
   // checked now, so that a wrong one is refused before the checkpoint streams.
@@ -246,36 +320,44 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   }
   shard_stage.end(t);
 
-  // 3. and 4. rank0_load and broadcast (interleaved unit by unit when streaming).
-  StageMeter load_stage(streaming || !from_checkpoint ? "rank0_load" : "full_load");
+  // 3. and 4. Load and distribute: rank0_load and broadcast interleaved unit by unit
+  // when streaming; sliced_read alone when every rank reads its own slices.
+  StageMeter load_stage(sliced ? "sliced_read" : "rank0_load");
   StageMeter send_stage("broadcast");
   std::vector<int64_t> expected(model.units().size(), 0);
   const int64_t load_base = current_rss_bytes();
+  ReadBy read_by = ReadBy::each_rank_its_slices;
   if (!from_checkpoint) {
     t = load_stage.begin();
     init_from_seed(model, cfg.seed, expected);
     load_stage.end(t);
+    read_by = ReadBy::every_rank_whole;
     result.source = cat("seed ", cfg.seed);
   } else if (streaming) {
     stream_from_rank0(cfg, me, comm, *skeleton, model, load_stage, send_stage, load_base, expected);
+    read_by = ReadBy::rank0;
     result.source = cat("checkpoint ", cfg.model_path, " (memory-efficient: streamed by rank 0)");
   } else {
-    load_whole(cfg, me, *skeleton, model, load_stage, load_base, expected);
-    result.source = cat("checkpoint ", cfg.model_path, " (plain: every rank read it whole)");
+    read_own_slices(cfg, me, comm, *skeleton, model, load_stage, load_base, expected);
+    result.source = cat("checkpoint ", cfg.model_path, " (sliced: every rank read its own slices)");
   }
 
   // 5. verify: the shards of all ranks together are exactly the units that were read.
   StageMeter verify_stage("verify");
   t = verify_stage.begin();
-  verify_shards(model, expected, streaming, comm);
+  verify_shards(model, expected, read_by, comm);
   verify_stage.end(t);
 
   if (cfg.actor.use_lora) add_lora_adapters(cfg, me, lora, std::move(adapter_units), adapter_start, model);
 
-  result.stages = {skeleton_stage.stats, shard_stage.stats, load_stage.stats, send_stage.stats, verify_stage.stats};
-  result.seconds = seconds_since(init_start);
-  for (const StageMeter* m : {&skeleton_stage, &shard_stage, &load_stage, &send_stage, &verify_stage})
+  std::vector<const StageMeter*> stages = {&skeleton_stage, &shard_stage, &load_stage};
+  if (read_by != ReadBy::each_rank_its_slices) stages.push_back(&send_stage);  // sliced reads send nothing
+  stages.push_back(&verify_stage);
+  for (const StageMeter* m : stages) {
+    result.stages.push_back(m->stats);
     result.peak_growth_bytes = std::max(result.peak_growth_bytes, m->highest - rss_before);
+  }
+  result.seconds = seconds_since(init_start);
   return result;
 }
 

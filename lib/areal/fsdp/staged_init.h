@@ -1,13 +1,15 @@
 // The staged initialization (DESIGN.md, "The flow of one run"): the stages
-// cpu_skeleton -> fsdp_shard -> rank0_load -> broadcast -> verify, each timed and its
-// peak host-memory growth measured on every rank.
+// cpu_skeleton -> fsdp_shard -> load (rank0_load + broadcast, or sliced_read) -> verify,
+// each timed and its peak host-memory growth measured on every rank.
 //
-// With fsdp.memory_efficient_load, rank 0 streams the checkpoint tensor by tensor into
-// one unit's flat buffer at a time and scatters it, so every rank receives only its
-// shard and no rank ever holds more than one unit beyond its shards. Without it, every
-// rank reads the whole checkpoint and keeps its slices (the plain path, kept for
-// comparison). With init_from_scratch, every rank generates each unit from the seed
-// and keeps its slice: the same weights for every world size.
+// Without fsdp.memory_efficient_load (AReaL's default), every rank opens the checkpoint
+// and reads only the byte ranges of its own shard of every unit: no rank holds a whole
+// tensor, unit or state dict, nothing is sent, and the ranks read in parallel. With it,
+// rank 0 alone streams the checkpoint into one piece of a unit at a time and scatters
+// it, so every rank receives only its shard (for a checkpoint only rank 0 can read, or a
+// filesystem that punishes many readers). Both give bit-identical shards. With
+// init_from_scratch, every rank generates each unit from the seed and keeps its slice:
+// the same weights for every world size.
 #pragma once
 
 #include <memory>
@@ -39,9 +41,9 @@ struct InitResult {
 // unsupported config.json (a mixture-of-experts model, ...) is a ConfigError naming it.
 ModelConfig init_model_config(const Config& cfg);
 
-// Collective. Throws io::CheckpointError (naming tensor and file) when the checkpoint
-// disagrees with the model; on rank 0 alone in the memory-efficient path, where the
-// caller's run_guarded then ends the job.
+// Collective. A checkpoint that disagrees with the model (naming tensor and file), or
+// that differs between ranks on the sliced path, is a ConfigError raised alike on every
+// rank (check_on_every_rank): run_guarded prints it once and exits 2.
 InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm);
 
 // Unit `unit_index` of `layout` as init_from_scratch makes it (its whole padded flat
