@@ -253,6 +253,12 @@ TEST_CASE("binary: --job init under mpirun -np 2 loads a checkpoint and prints t
   CHECK_THAT(r.output, Contains("staged init of checkpoint tests/fixtures/models/qwen2_untied (memory-efficient") &&
                            Contains("rank0_load") && Contains("broadcast") && Contains("verify") &&
                            Contains("peak +mem r1") && Contains("loading checkpoint: 100.0%"));
+  // The default (sliced reads): every rank reads its own slices, nothing is broadcast.
+  Result sliced = run(kMpirun2 + " --job init --model_path tests/fixtures/models/qwen2_untied");
+  CHECK(sliced.exit_code == 0);
+  CHECK_THAT(sliced.output, Contains("(sliced: every rank read its own slices)") && Contains("sliced_read") &&
+                                Contains("reading this rank's slices of the checkpoint: 100.0%") &&
+                                !Contains("broadcast"));
   Result rl = run(kBin + " --job rl --init_from_scratch true");
   CHECK(rl.exit_code == 2);
   CHECK_THAT(rl.output, Contains("'train_dataset.path' is required for job=rl"));
