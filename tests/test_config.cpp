@@ -288,7 +288,18 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     cfg.gconfig.max_new_tokens = 4;
     cfg.gconfig.min_new_tokens = 5;
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'gconfig.min_new_tokens' = 5"));
+    cfg.gconfig.min_new_tokens = 0;
+    cfg.gconfig.stop = {"</calc>", ""};
+    CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'gconfig.stop': an empty stop string"));
   }
+}
+
+TEST_CASE("gconfig.stop: stop strings from YAML and the command line, null as none", "[config]") {
+  CHECK(from_yaml("gconfig:\n  stop: [\"</calc>\", \"\\n\\n\"]\n").gconfig.stop ==
+        std::vector<std::string>{"</calc>", "\n\n"});
+  CHECK(from_yaml("gconfig:\n  stop: null\n").gconfig.stop.empty());  // AReaL's default
+  CHECK(load_config("", {{"gconfig.stop", "[</calc>]"}}).gconfig.stop == std::vector<std::string>{"</calc>"});
+  CHECK(Config{}.gconfig.stop.empty());
 }
 
 TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocation_mode", "[config][allocation]") {

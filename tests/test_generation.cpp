@@ -1,5 +1,5 @@
 // Generation with the KV cache against the full forward without a cache (the
-// step-by-step argmax), sampling controls, stop tokens and per-row seeds.
+// step-by-step argmax), sampling controls, stop tokens, stop strings and per-row seeds.
 #include <ATen/ATen.h>
 
 #include <set>
@@ -8,6 +8,8 @@
 #include "areal/model/hf_weights.h"
 #include "areal/rollout/generation.h"
 #include "areal/rollout/sampling.h"
+#include "areal/text/stop_strings.h"
+#include "areal/text/tokenizer.h"
 #include "test_paths.h"
 
 using namespace areal;
@@ -291,4 +293,102 @@ TEST_CASE("generation: the sampler draws from softmax(logits / temperature) over
   const at::Tensor without_0 = scaled.index_fill(0, at::tensor({0}, at::kLong), -INFINITY);
   expect(frequencies(stop, hold, &held_logprobs), without_0.softmax(0));
   CHECK(held_logprobs[5] == Approx(without_0.log_softmax(0)[5].item<double>()).margin(1e-5));
+}
+
+namespace {
+
+// The reference for stop strings: the first prefix of `tokens`, decoded whole, that
+// contains a stop string (its length), or tokens.size() + 1 when none does.
+size_t first_stop_by_full_decode(const Tokenizer& tok, const std::vector<int64_t>& tokens,
+                                 const std::vector<std::string>& stops, size_t min_tokens = 0) {
+  for (size_t k = 1; k <= tokens.size(); ++k) {
+    const std::string before = tok.decode({tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k - 1)});
+    const std::string text = tok.decode({tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k)});
+    for (const auto& s : stops) {
+      size_t in_text = 0, in_before = 0;
+      for (size_t at = text.find(s); at != std::string::npos; at = text.find(s, at + 1)) ++in_text;
+      for (size_t at = before.find(s); at != std::string::npos; at = before.find(s, at + 1)) ++in_before;
+      if (k > min_tokens && in_text > in_before) return k;
+    }
+  }
+  return tokens.size() + 1;
+}
+
+// The first prefix length at which the matcher fires, checked after every token.
+size_t first_stop_by_matcher(const StopStrings& stops, const std::vector<int64_t>& tokens, size_t min_tokens = 0) {
+  for (size_t k = min_tokens + 1; k <= tokens.size(); ++k)
+    if (stops.completed_by_last_token({tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k)})) return k;
+  return tokens.size() + 1;
+}
+
+}  // namespace
+
+TEST_CASE("stop strings: an answer ends at the token that completes one, across token boundaries", "[rl][generation]") {
+  // A real BPE vocabulary (Qwen2-style tokenizer.json): stop strings fall inside tokens
+  // and across them; the reference decodes every prefix whole.
+  auto tok = load_tokenizer(source_path("tests/fixtures/models/tiny_chat"), "");
+  const std::string text = "Let me compute: <calc>123*456</calc> so it is 56088.\nAnswer: 56088</answer> done";
+  const std::vector<int64_t> tokens = tok->encode(text);
+  REQUIRE(tok->decode(tokens) == text);
+  for (const std::vector<std::string>& stops :
+       std::vector<std::vector<std::string>>{{"</calc>"}, {"</answer>"}, {"Answer:"}, {"</answer>", "</calc>"},
+                                             {"88"}, {"\n"}, {"never there"}}) {
+    INFO(stops[0]);
+    StopStrings matcher(stops, *tok);
+    const size_t want = first_stop_by_full_decode(*tok, tokens, stops);
+    CHECK(first_stop_by_matcher(matcher, tokens) == want);
+    if (stops[0] == "never there") CHECK(want == tokens.size() + 1);
+    else CHECK(want <= tokens.size());
+  }
+  // "</calc>" spans several tokens here: the matcher fires only at the last of them.
+  StopStrings calc({"</calc>"}, *tok);
+  const size_t k = first_stop_by_full_decode(*tok, tokens, {"</calc>"});
+  CHECK(tok->decode({tokens[k - 1]}).find("</calc>") == std::string::npos);
+  CHECK_FALSE(calc.completed_by_last_token({tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(k - 1)}));
+  // Held back by min_new_tokens past the first "88", the second one ends the answer.
+  StopStrings eighty_eight({"88"}, *tok);
+  const size_t first = first_stop_by_full_decode(*tok, tokens, {"88"});
+  const size_t second = first_stop_by_full_decode(*tok, tokens, {"88"}, first);
+  CHECK(second > first);
+  CHECK(second <= tokens.size());
+  CHECK(first_stop_by_matcher(eighty_eight, tokens, first) == second);
+  CHECK_THROWS_WITH(StopStrings({""}, *tok), Catch::Matchers::Contains("empty stop string"));
+}
+
+TEST_CASE("generation: a stop check ends one row at its token, the others go on, min_new_tokens holds it",
+          "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.greedy = true;
+  p.max_new_tokens = 8;
+  std::vector<at::Generator> none;
+  std::vector<Generated> free_run = generate(*model, prompts(), p, none);
+  // Stop when the answer ends with row 1's second and third tokens (a two-token "string").
+  const std::vector<int64_t> pair = {free_run[1].tokens[1], free_run[1].tokens[2]};
+  auto ends_with_pair = [&](const std::vector<int64_t>& t, size_t n) {
+    return n >= 2 && t[n - 2] == pair[0] && t[n - 1] == pair[1];
+  };
+  int64_t calls = 0;
+  p.stop_check = [&](const std::vector<int64_t>& answer) {
+    ++calls;
+    return ends_with_pair(answer, answer.size());
+  };
+  std::vector<Generated> out = generate(*model, prompts(), p, none);
+  for (size_t r = 0; r < out.size(); ++r) {
+    size_t n = free_run[r].tokens.size();
+    for (size_t k = 1; k <= free_run[r].tokens.size(); ++k)
+      if (ends_with_pair(free_run[r].tokens, k)) {
+        n = k;
+        break;
+      }
+    INFO("row " << r);
+    CHECK(out[r].tokens == std::vector<int64_t>(free_run[r].tokens.begin(), free_run[r].tokens.begin() + n));
+    CHECK(out[r].truncated == !ends_with_pair(out[r].tokens, out[r].tokens.size()));
+  }
+  CHECK(out[1].tokens.size() <= 3);
+  CHECK_FALSE(out[1].truncated);
+  CHECK(calls > 0);
+  // min_new_tokens: the check is not asked before, so the answers run on.
+  p.min_new_tokens = 8;
+  for (const auto& g : generate(*model, prompts(), p, none)) CHECK(g.tokens.size() == 8);
 }

@@ -116,7 +116,7 @@ bool null_means_default(const std::string& option) {
       "recover.freq_steps", "recover.freq_secs", "evaluator.freq_epochs", "evaluator.freq_steps",
       "evaluator.freq_secs", "train_dataset.max_length", "valid_dataset.max_length", "actor.eps_clip_higher",
       "actor.c_clip", "actor.behav_imp_weight_cap", "actor.rejection_sampling.lower", "actor.mb_spec.max_tokens_per_mb", "stats_logger.tensorboard.path",
-      "rollout.max_running_requests", "rollout.max_concurrent_rollouts", "rollout.queue_size", "actor.overlong_tokens", "actor.overlong_penalty_factor"};
+      "rollout.max_running_requests", "rollout.max_concurrent_rollouts", "rollout.queue_size", "actor.overlong_tokens", "actor.overlong_penalty_factor", "gconfig.stop"};
   return std::find(nullable.begin(), nullable.end(), option) != nullable.end();
 }
 

@@ -138,6 +138,7 @@ struct GenerationConfig {
   double top_p = 1.0;
   int64_t top_k = 100000000;
   std::vector<int64_t> stop_token_ids;
+  std::vector<std::string> stop;  // stop strings: matched on the decoded answer, kept in it
 };
 
 struct DatasetConfig {

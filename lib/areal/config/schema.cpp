@@ -397,6 +397,9 @@ std::vector<OptionSpec> declare_options() {
           .range(0, 1),
       OPTION(gconfig.top_k).doc("Sample among the k most likely tokens.").at_least(1),
       OPTION(gconfig.stop_token_ids).doc("Token ids that end an answer (besides the tokenizer's EOS)."),
+      OPTION(gconfig.stop).doc("Stop strings: an answer ends at the token that completes one of them in its "
+                               "decoded text, across token boundaries; the string stays in the answer, as in "
+                               "AReaL. Not empty strings; `null`: none."),
 
       // ---- data ----
       OPTION(train_dataset.path).doc("Training data: a .parquet, .arrow or .jsonl file, a folder as Hugging Face "

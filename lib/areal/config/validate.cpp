@@ -115,6 +115,9 @@ void validate_config(const Config& cfg) {
       throw ConfigError(cat("option 'actor.group_size' = ", cfg.actor.group_size, " must equal 'gconfig.n_samples' = ",
                             cfg.gconfig.n_samples, " for a group level of actor.adv_norm: the answers to one prompt "
                             "form one group"));
+    for (const std::string& stop : cfg.gconfig.stop)
+      if (stop.empty())
+        throw ConfigError("option 'gconfig.stop': an empty stop string would end every answer at its first token");
     if (cfg.gconfig.min_new_tokens > cfg.gconfig.max_new_tokens)
       throw ConfigError(cat("option 'gconfig.min_new_tokens' = ", cfg.gconfig.min_new_tokens,
                             " is more than 'gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens));

@@ -1,10 +1,12 @@
 #include "areal/job/job_inputs.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "areal/fsdp/policy.h"
 #include "areal/config/allocation.h"
 #include "areal/rollout/rollout_model.h"
+#include "areal/text/stop_strings.h"
 #include "areal/recover/run_recovery.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
@@ -70,6 +72,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
   in.sampling.max_rows = cfg.rollout.max_running_requests;
+  if (!cfg.gconfig.stop.empty()) {  // the tokenizer lives in `in` as long as the sampling does
+    auto stops = std::make_shared<StopStrings>(cfg.gconfig.stop, *in.tokenizer);
+    in.sampling.stop_check = [stops](const std::vector<int64_t>& answer) { return stops->completed_by_last_token(answer); };
+  }
   const Allocation allocation = allocation_for_world(cfg, me.world_size);
   // Trainers of asynchronous RL score nothing (the generation ranks do): no workers.
   const bool generates = !allocation.separate || !allocation.trains(me.rank);

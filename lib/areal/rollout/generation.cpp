@@ -217,7 +217,9 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
       out[r].tokens.push_back(token);
       out[r].logprobs.push_back(sampled.logprobs[i]);
       if (weight_check) out[r].versions.push_back(logits_version);
-      const bool stopped = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end();
+      const bool may_stop = static_cast<int64_t>(out[r].tokens.size()) > p.min_new_tokens;
+      const bool stopped = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end() ||
+                           (may_stop && p.stop_check && p.stop_check(out[r].tokens));
       if (stopped || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) {
         out[r].truncated = !stopped;
         generators[r] = at::Generator();

@@ -25,9 +25,10 @@
 namespace areal {
 
 struct Generated {
-  std::vector<int64_t> tokens;  // the answer, ending with its stop token unless truncated
+  std::vector<int64_t> tokens;  // the answer, ending with its stop token (or the token that
+                                // completed a stop string) unless truncated
   std::vector<float> logprobs;  // log p(token) under softmax(logits / temperature), per token
-  bool truncated = false;       // max_new_tokens reached without a stop token
+  bool truncated = false;       // max_new_tokens reached without a stop token or string
   std::vector<int64_t> versions;  // the weight version each token was sampled with (with a WeightCheck)
 };
 

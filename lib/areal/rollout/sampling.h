@@ -16,6 +16,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <vector>
 
 #include "areal/config/config.h"
@@ -31,6 +32,10 @@ struct SamplingParams {
   int64_t max_new_tokens = 16;
   int64_t min_new_tokens = 0;
   std::vector<int64_t> stop_ids;  // end an answer (the stop token is kept in it)
+  // Also ends an answer when it returns true for the answer's tokens so far (called
+  // after each new token once min_new_tokens are out): gconfig.stop's stop strings
+  // (text/stop_strings.h). Every rank of a group decides alike from the same tokens.
+  std::function<bool(const std::vector<int64_t>& answer)> stop_check;
   int64_t pad_id = 0;
   // Answers decoded at once (rows of the cache); a finished answer's row is refilled from
   // the waiting ones at once (continuous batching). 0: all of them at once.
