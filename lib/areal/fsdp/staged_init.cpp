@@ -5,10 +5,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "areal/dist/bootstrap.h"
 #include "areal/fsdp/lora.h"
 #include "areal/io/checkpoint.h"
 #include "areal/io/hf_model_dir.h"
@@ -113,13 +113,40 @@ ModelConfig init_model_config(const Config& cfg) {
 
 namespace {
 
+// Runs `checks` on every rank of `comm`; a ConfigError that any of them raises is raised
+// on all of them, with the first failing rank's message, so the group ends alike (exit
+// 2) and none waits in a collective. Over `comm`, not the world: in asynchronous RL only
+// the training ranks run the init.
+void agree_on_config_error(Communicator& comm, const std::function<void()>& checks) {
+  std::string problem;
+  try {
+    checks();
+  } catch (const ConfigError& e) {
+    problem = e.what();
+  }
+  const int n = comm.world_size();
+  at::Tensor failing = at::tensor({static_cast<int64_t>(problem.empty() ? 0 : n - comm.rank())}, at::kLong);
+  comm.all_reduce(failing, ReduceOp::Max);
+  if (failing.item<int64_t>() == 0) return;
+  const int first = n - static_cast<int>(failing.item<int64_t>());
+  at::Tensor length = at::tensor({static_cast<int64_t>(problem.size())}, at::kLong);
+  comm.broadcast(length, first);
+  at::Tensor text = at::zeros({length.item<int64_t>()}, at::kLong);
+  for (size_t i = 0; i < problem.size() && comm.rank() == first; ++i) text[static_cast<int64_t>(i)] = static_cast<uint8_t>(problem[i]);
+  comm.broadcast(text, first);
+  std::string message(static_cast<size_t>(text.numel()), ' ');
+  auto chars = text.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < text.numel(); ++i) message[static_cast<size_t>(i)] = static_cast<char>(chars[i]);
+  throw ConfigError(first == 0 ? message : cat("rank ", first, ": ", message));
+}
+
 // The checkpoint opened and checked against the skeleton (every tensor named before any
 // is read) on the ranks that read it. A damaged checkpoint is refused alike on every
-// rank with the first failing rank's message (exit 2, printed once), whichever path.
-std::unique_ptr<io::CheckpointReader> open_checkpoint(const Config& cfg, const RankInfo& me, const CausalLM& skeleton,
+// rank with the first failing rank's message (exit 2), whichever path.
+std::unique_ptr<io::CheckpointReader> open_checkpoint(const Config& cfg, Communicator& comm, const CausalLM& skeleton,
                                                       bool this_rank_reads) {
   std::unique_ptr<io::CheckpointReader> checkpoint;
-  check_on_every_rank(me, [&] {
+  agree_on_config_error(comm, [&] {
     if (!this_rank_reads) return;
     try {
       checkpoint = std::make_unique<io::CheckpointReader>(cfg.model_path);
@@ -147,12 +174,12 @@ uint64_t layout_digest(const io::CheckpointReader& checkpoint) {
   return hash;
 }
 
-void check_same_checkpoint(const Config& cfg, const RankInfo& me, Communicator& comm,
+void check_same_checkpoint(const Config& cfg, Communicator& comm,
                            const io::CheckpointReader& checkpoint) {
   const uint64_t mine = layout_digest(checkpoint);
   at::Tensor rank0 = at::tensor({static_cast<int64_t>(mine)}, at::kLong);
   comm.broadcast(rank0, 0);
-  check_on_every_rank(me, [&] {
+  agree_on_config_error(comm, [&] {
     if (static_cast<uint64_t>(rank0.item<int64_t>()) != mine)
       throw ConfigError(cat("option 'model_path': ", cfg.model_path, " is not the same checkpoint on this rank as on ",
                             "rank 0 (the tensors' names, dtypes, shapes or file offsets differ): a shared filesystem ",
@@ -166,7 +193,7 @@ void stream_from_rank0(const Config& cfg, const RankInfo& me, Communicator& comm
                        ShardedModel& model, StageMeter& load_stage, StageMeter& send_stage, int64_t load_base,
                        std::vector<int64_t>& expected) {
   Clock::time_point t = load_stage.begin(load_base);
-  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, me, skeleton, me.rank == 0);
+  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, comm, skeleton, me.rank == 0);
   load_stage.end(t);
   Progress progress("loading checkpoint", checkpoint ? static_cast<int64_t>(checkpoint->total_bytes()) : 0,
                     me.rank == 0);
@@ -222,8 +249,8 @@ int64_t own_slice_bytes(const io::CheckpointReader& checkpoint, const ShardedMod
 void read_own_slices(const Config& cfg, const RankInfo& me, Communicator& comm, const CausalLM& skeleton,
                      ShardedModel& model, StageMeter& load_stage, int64_t load_base, std::vector<int64_t>& expected) {
   Clock::time_point t = load_stage.begin(load_base);
-  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, me, skeleton, true);
-  check_same_checkpoint(cfg, me, comm, *checkpoint);
+  std::unique_ptr<io::CheckpointReader> checkpoint = open_checkpoint(cfg, comm, skeleton, true);
+  check_same_checkpoint(cfg, comm, *checkpoint);
   Progress progress("reading this rank's slices of the checkpoint", own_slice_bytes(*checkpoint, model), me.rank == 0);
   const bool on_cpu = model.shard(0).is_cpu();
   at::Tensor staging;

@@ -41,9 +41,10 @@ struct InitResult {
 // unsupported config.json (a mixture-of-experts model, ...) is a ConfigError naming it.
 ModelConfig init_model_config(const Config& cfg);
 
-// Collective. A checkpoint that disagrees with the model (naming tensor and file), or
-// that differs between ranks on the sliced path, is a ConfigError raised alike on every
-// rank (check_on_every_rank): run_guarded prints it once and exits 2.
+// Collective over `comm`. A checkpoint that disagrees with the model (naming tensor and
+// file), or that differs between ranks on the sliced path, is a ConfigError raised alike
+// on every rank of `comm` with the first failing rank's message: the job ends with exit
+// 2 (run_guarded), no rank waiting in a collective.
 InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm);
 
 // Unit `unit_index` of `layout` as init_from_scratch makes it (its whole padded flat
