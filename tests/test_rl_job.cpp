@@ -358,3 +358,21 @@ TEST_CASE("rl job: a Python reward command scores the answers under mpirun -np 2
   CHECK(steps == 2);
   CHECK(r.output.find("reward command") == std::string::npos);  // no warning about failed calls
 }
+
+TEST_CASE("rl job: gconfig.stop ends answers at a stop string through the binary", "[rl][binary]") {
+  // The same seeded run with and without stop strings that the untrained model writes
+  // often (digits): with them, answers end early and fewer reach max_new_tokens.
+  const std::string base = kBin + " --job rl --init_from_scratch true --train_dataset.path builtin:arithmetic/train"
+                           " --train_dataset.batch_size 4 --gconfig.n_samples 2 --actor.group_size 2"
+                           " --gconfig.max_new_tokens 24 --total_train_steps 1 --cluster.fileroot ";
+  std::vector<json> stats;
+  for (const std::string stop : {"", " --gconfig.stop [5,0,1]"}) {
+    const fs::path root = fresh_dir(stop.empty() ? "stop_none" : "stop_digits");
+    Result r = run(base + root.string() + stop);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    stats.push_back(read_jsonl(root / "areal-train" / "trial0" / "stats.jsonl").at(0));
+  }
+  CHECK(stats[1]["response_length_mean"].get<double>() < stats[0]["response_length_mean"].get<double>());
+  CHECK(stats[1]["truncated_share"].get<double>() < stats[0]["truncated_share"].get<double>());
+}
