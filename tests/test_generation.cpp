@@ -35,6 +35,14 @@ std::vector<int64_t> reference_greedy(CausalLM& model, std::vector<int64_t> ids,
 
 std::vector<std::vector<int64_t>> prompts() { return {{5, 17, 3}, {40, 2, 9, 11, 23, 7}, {88}}; }
 
+// Greedy decoding of up to `max_new_tokens` (the stop tests' free run and their runs).
+SamplingParams greedy(int64_t max_new_tokens) {
+  SamplingParams p;
+  p.greedy = true;
+  p.max_new_tokens = max_new_tokens;
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("generation: greedy with the cache equals step-by-step argmax of the full forward", "[rl][generation]") {
@@ -64,9 +72,7 @@ TEST_CASE("generation: greedy with the cache equals step-by-step argmax of the f
 
 TEST_CASE("generation: a stop token ends one row and the others go on", "[rl][generation]") {
   auto model = load_causal_lm(kModel, at::kFloat);
-  SamplingParams p;
-  p.greedy = true;
-  p.max_new_tokens = 8;
+  SamplingParams p = greedy(8);
   std::vector<at::Generator> none;
   std::vector<Generated> free_run = generate(*model, prompts(), p, none);
   p.stop_ids = {free_run[1].tokens[2]};  // row 1's third token becomes a stop token
@@ -358,9 +364,7 @@ TEST_CASE("stop strings: an answer ends at the token that completes one, across 
 TEST_CASE("generation: a stop check ends one row at its token, the others go on, min_new_tokens holds it",
           "[rl][generation]") {
   auto model = load_causal_lm(kModel, at::kFloat);
-  SamplingParams p;
-  p.greedy = true;
-  p.max_new_tokens = 8;
+  SamplingParams p = greedy(8);
   std::vector<at::Generator> none;
   std::vector<Generated> free_run = generate(*model, prompts(), p, none);
   // Stop when the answer ends with row 1's second and third tokens (a two-token "string").
