@@ -156,7 +156,7 @@ TEST_CASE("AReaL configs: every key of every example is an option, an alias, or 
     INFO(entry.path().filename().string());
     CHECK(unlisted_keys(entry.path().string()) == std::vector<std::string>{});
   }
-  CHECK(files == 22);  // AReaL's examples/math/*.yaml
+  CHECK(files == 23);  // AReaL's examples/math/*.yaml and examples/multi_turn_math's
   // The walk does find what is unknown, as the file spells it.
   const fs::path probe = fs::temp_directory_path() / ("areal_unlisted_" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(probe) << "actor:\n  eps_clip: 0.2\n  new_knob: 1\n  optimizer: {lr: 1, fancy: 2}\nsglang: {x: 1}\n";
@@ -216,6 +216,38 @@ TEST_CASE("AReaL configs: the GSM8K GRPO example runs two steps under mpirun -np
     if (!row.contains("loss")) continue;
     ++steps;
     CHECK(row.contains("rejection_filtered_share"));  // the filter ran
+  }
+  CHECK(steps == 2);
+  fs::remove_all(root);
+}
+
+// AReaL's multi-turn math example: its two keys (agent_run_args.max_turns, export_style)
+// and the rest of the GRPO example. Its Python script retries a wrong answer with
+// AReaL's message, which is the default environment here; the tiny model answers no
+// GSM8K question, so every episode takes both turns where they fit.
+TEST_CASE("AReaL configs: the multi-turn math example loads as written and runs two steps of episodes",
+          "[config][areal][binary][mpi][episodes]") {
+  const Config mt = load_example("gsm8k_grpo_mt.yaml", small_run());
+  CHECK(mt.agent_run_args.max_turns == 2);
+  CHECK(mt.export_style == "concat");
+  CHECK(mt.env.empty());
+  const fs::path root = fs::temp_directory_path() / ("areal_areal_mt_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kFixtures + "gsm8k_grpo_mt.yaml" +
+                 command_line(kSmallRun) + " cluster.fileroot=" + root.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  int steps = 0;
+  for (const auto& row : read_jsonl(root / "gsm8k-grpo" / "trial0" / "stats.jsonl")) {
+    if (!row.contains("loss")) continue;
+    ++steps;
+    // 8 episodes a step: each wrong first answer is asked again unless the retry message
+    // would not fit the test model's 256 positions (then the episode ends there, counted).
+    const double cut = row["episodes_ended_by_limit"].get<double>();
+    CHECK(cut < 8);
+    CHECK(row["turns_mean"].get<double>() == Approx(2.0 - cut / 8));
+    CHECK(row["masked_token_share"].get<double>() > 0.0);  // the retry message is not trained on
+    CHECK(row["env_failures"].get<double>() == 0.0);
   }
   CHECK(steps == 2);
   fs::remove_all(root);
@@ -330,8 +362,14 @@ TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means it
   };
   const Config grpo = load("grpo"), drgrpo = load("drgrpo"), gspo = load("gspo"), dapo = load("dapo"),
                rloo = load("rloo"), liteppo = load("liteppo"), reinforce = load("reinforce-pp"),
-               lora = load("grpo-lora");
+               lora = load("grpo-lora"), multi_turn = load("grpo-multi-turn"), calculator = load("calculator");
   fs::current_path(previous);
+  // Episodes: AReaL's multi-turn math with its script's discount; the calculator tool.
+  CHECK(multi_turn.env == "builtin:multi_turn_math");
+  CHECK(multi_turn.agent_run_args.max_turns == 2);
+  CHECK(multi_turn.agent_run_args.turn_discount == Approx(0.9));
+  CHECK(calculator.env == "builtin:calculator");
+  CHECK(calculator.gconfig.stop == std::vector<std::string>{"</calc>"});
   // GRPO: group mean and std, then batch-normalized advantages, token-mean loss.
   CHECK(grpo.actor.reward_norm.mean_level == "group");
   CHECK(grpo.actor.reward_norm.std_level == "group");
@@ -360,7 +398,7 @@ TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means it
   int family = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(source_dir()) / "configs"))
     family += entry.path().filename().string().rfind("qwen2.5-0.5b-gsm8k-", 0) == 0;
-  CHECK(family == 8);
+  CHECK(family == 10);
 }
 
 // What areal-train does not have is refused by name, never run as something else.

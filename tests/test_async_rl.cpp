@@ -304,3 +304,34 @@ TEST_CASE("async rl: a run killed at a step resumes from its recover checkpoint 
   }
   CHECK(eval_scores(root / "killed").back() == eval_scores(root / "whole").back());
 }
+
+TEST_CASE("async rl: episodes with eta = 0 give the synchronous run's steps", "[async][binary][mpi][slow][episodes]") {
+  // A command environment that answers the first turn with a tool message and ends the
+  // second with reward 1: every episode is turn, message (loss mask 0), turn.
+  const fs::path root = fresh_dir("episodes");
+  const std::string env =
+      " 'env=command:while read l; do case \"$l\" in *\\\"turn\\\":0*) echo {\\\"message\\\":\\\"again\\\",\\\"role\\\":\\\"tool\\\"};; "
+      "*) echo {\\\"done\\\":true,\\\"reward\\\":1};; esac; done' agent_run_args.max_turns=3 agent_run_args.turn_discount=0.5";
+  Result sync = smoke(1, root / "sync", 2, env);
+  INFO(sync.output);
+  REQUIRE(sync.exit_code == 0);
+  Result async = smoke(2, root / "async", 2, env + kSeparate + " rollout.max_head_offpolicyness=0");
+  INFO(async.output);
+  REQUIRE(async.exit_code == 0);
+  const std::vector<json> a = step_rows(root / "async"), s = step_rows(root / "sync");
+  REQUIRE(a.size() == 2);
+  REQUIRE(s.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i + 1);
+    CHECK(s[i]["turns_mean"].get<double>() == 2.0);
+    CHECK(s[i]["tool_calls_mean"].get<double>() == 1.0);
+    CHECK(s[i]["reward_mean"].get<double>() == 0.5);  // 1 x 0.5^(2 - 1)
+    CHECK(s[i]["masked_token_share"].get<double>() > 0.0);
+    for (const char* key : {"reward_mean", "response_length_mean", "turns_mean", "tool_calls_mean",
+                            "masked_token_share", "env_failures", "episodes_ended_by_limit"})
+      CHECK(a[i][key].get<double>() == s[i][key].get<double>());
+    for (const char* key : {"loss", "grad_norm", "kl", "entropy"})
+      CHECK(a[i][key].get<double>() == Approx(s[i][key].get<double>()).epsilon(1e-5).margin(1e-9));
+  }
+  fs::remove_all(root);
+}

@@ -373,7 +373,7 @@ TEST_CASE("generation: a stop check ends one row at its token, the others go on,
     return n >= 2 && t[n - 2] == pair[0] && t[n - 1] == pair[1];
   };
   int64_t calls = 0;
-  p.stop_check = [&](const std::vector<int64_t>& answer) {
+  p.stop_check = [&](const std::vector<int64_t>& answer, size_t) {
     ++calls;
     return ends_with_pair(answer, answer.size());
   };

@@ -115,5 +115,14 @@ TEST_CASE("paged KV cache: rows take blocks as they grow and give them back when
   cache.begin({2}, {40}, 40);
   cache.add_rows(1);
   CHECK_THROWS_WITH(cache.begin({3}, {40}, 40), Catch::Matchers::Contains("no free block"));
-  CHECK_THROWS_WITH(cache.begin({0, 1}, {2, 2}, 2), Catch::Matchers::Contains("decodes one token"));
+  // Several tokens appended to a row that holds some (an episode's environment message):
+  // the step lists the slots of all the row's tokens, its old ones first.
+  const int64_t before = cache.length(0);
+  const at::Tensor old_slots = after.tables[0].narrow(0, 0, 3);
+  CacheStep appended = cache.begin({0}, {3}, 3);
+  REQUIRE(appended.row_slots.size() == 1);
+  CHECK(appended.starts == std::vector<int64_t>{before});
+  CHECK(cache.length(0) == before + 3);
+  REQUIRE(appended.row_slots[0].size(0) == before + 3);
+  CHECK(appended.row_slots[0][17].item<int64_t>() == old_slots[1].item<int64_t>() * PagedKvCache::kBlockTokens + 1);
 }

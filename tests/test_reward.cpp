@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "areal/reward/reward.h"
-#include "areal/reward/reward_workers.h"
+#include "areal/reward/worker_pool.h"
 #include "areal/util/error.h"
 #include "run_python.h"
 #include "test_paths.h"
@@ -170,6 +170,8 @@ bool ends_soon(pid_t pid) {
   return !running(pid);
 }
 
+bool any_line(const std::string&) { return true; }
+
 std::vector<pid_t> pids_in(const std::filesystem::path& file) {
   std::vector<pid_t> pids;
   std::ifstream in(file);
@@ -186,10 +188,12 @@ TEST_CASE("a timed-out reward worker is killed with everything it started", "[re
                                      ("areal_reward_pids_" + std::to_string(::getpid()));
   std::filesystem::remove(pids);
   {
-    RewardWorkers workers("sh -c 'sleep 300 & echo $! >> " + pids.string() + "; wait'; true", 1, 1.0);
-    int64_t failures = 0;
-    CHECK(workers.score({"{}"}, failures) == std::vector<double>{0});
-    CHECK(failures == 1);
+    WorkerPool workers("reward command", "sh -c 'sleep 300 & echo $! >> " + pids.string() + "; wait'; true", 1, 1.0,
+                       any_line);
+    const auto replies = workers.call_all({"{}"});
+    REQUIRE(replies.size() == 1);
+    CHECK_FALSE(replies[0].has_value());  // timed out: failed
+    CHECK(workers.restarts() == 1);
     // The replaced worker's sleep is gone already; the new one's runs until the pool ends.
     for (int i = 0; i < 100 && pids_in(pids).size() < 2; ++i) usleep(20000);
     const std::vector<pid_t> started = pids_in(pids);
@@ -213,7 +217,8 @@ TEST_CASE("reward workers do not take the job's stop signals", "[reward]") {
   const std::filesystem::path pids = std::filesystem::temp_directory_path() /
                                      ("areal_reward_group_" + std::to_string(::getpid()));
   std::filesystem::remove(pids);
-  RewardWorkers workers("echo $$ >> " + pids.string() + "; while read line; do echo 1; done", 1, 5.0);
+  WorkerPool workers("reward command", "echo $$ >> " + pids.string() + "; while read line; do echo 1; done", 1, 5.0,
+                     any_line);
   for (int i = 0; i < 100 && pids_in(pids).empty(); ++i) usleep(20000);
   REQUIRE(pids_in(pids).size() == 1);
   const pid_t worker = pids_in(pids)[0];
@@ -222,9 +227,10 @@ TEST_CASE("reward workers do not take the job's stop signals", "[reward]") {
   ::kill(-worker, SIGUSR1);
   ::kill(-worker, SIGTERM);
   usleep(200000);
-  int64_t failures = 0;
-  CHECK(workers.score({"{}", "{}"}, failures) == std::vector<double>{1, 1});
-  CHECK(failures == 0);
+  const auto replies = workers.call_all({"{}", "{}"});
+  REQUIRE(replies.size() == 2);
+  CHECK((replies[0] && *replies[0] == "1"));
+  CHECK((replies[1] && *replies[1] == "1"));
   CHECK(workers.restarts() == 0);
   std::filesystem::remove(pids);
 }

@@ -133,6 +133,7 @@ struct GenerationConfig {
   int64_t n_samples = 1;
   int64_t max_new_tokens = 16384;
   int64_t min_new_tokens = 0;
+  int64_t max_tokens = 32768;  // prompt + answer (an episode: every turn), at most
   bool greedy = false;
   double temperature = 1.0;
   double top_p = 1.0;
@@ -195,6 +196,12 @@ struct LogConfig {
   bool all_ranks = false;
 };
 
+// Multi-turn episodes (docs/agentic.md), under AReaL's multi-turn example's names.
+struct AgentRunArgs {
+  int64_t max_turns = 1;       // model turns per episode; 1 with no env: single answers
+  double turn_discount = 1.0;  // an episode's reward times turn_discount^(turns - 1)
+};
+
 struct Config {
   std::string job = "init";
   std::string experiment_name = "areal-train";
@@ -207,6 +214,12 @@ struct Config {
   std::string reward_fn = "exact_match";
   int64_t reward_workers = 2;   // processes per rank for reward_fn `command:...`
   double reward_timeout = 30;   // seconds one reward call may take
+  // Episodes' environment: empty (with agent_run_args.max_turns > 1: retry until
+  // reward_fn scores the answer, AReaL's multi-turn math), builtin:<name> or command:<...>.
+  std::string env;
+  int64_t env_workers = 2;       // processes per generation rank for env `command:...`
+  double env_timeout = 30;       // seconds one environment call may take
+  std::string export_style = "concat";  // an episode trains as one sequence (AReaL's concat)
   bool init_from_scratch = false;
   std::string allocation_mode = "static";
   std::string device = "auto";
@@ -223,6 +236,7 @@ struct Config {
   ActorConfig actor;
   RolloutConfig rollout;
   GenerationConfig gconfig;
+  AgentRunArgs agent_run_args;
   DatasetConfig train_dataset;
   DatasetConfig valid_dataset;
   EvaluatorConfig evaluator;

@@ -185,6 +185,26 @@ std::vector<OptionSpec> declare_options() {
                                  "answers in parallel).").at_least(1),
       OPTION(reward_timeout).doc("Seconds one reward call may take; past it the answer scores 0, is counted "
                                  "in reward_failures, and the worker is restarted.").positive(),
+      OPTION(env).doc("The environment of multi-turn episodes (docs/agentic.md): empty (with "
+                      "agent_run_args.max_turns > 1: the answer is scored by reward_fn and, while wrong, the "
+                      "model is asked to try again, AReaL's multi-turn math), `builtin:multi_turn_math` (the "
+                      "same), `builtin:calculator` (the model writes <calc>expression</calc>, the tool "
+                      "replies with its value), or `command:<shell command>`: your program, run as "
+                      "env_workers processes per generation rank, reads one JSON object per line (the "
+                      "episode so far) and writes one per line (a message to continue, or the end with a "
+                      "reward)."),
+      OPTION(env_workers).doc("Worker processes per generation rank for a `command:` env.").at_least(1),
+      OPTION(env_timeout).doc("Seconds one environment call may take; past it the episode ends with reward "
+                              "0, is counted in env_failures, and the worker is restarted.").positive(),
+      OPTION(export_style).doc("How an episode is trained (AReaL's name): `concat`, as one sequence whose "
+                               "environment tokens have loss mask 0.")
+          .choices({"concat"}),
+      OPTION(agent_run_args.max_turns).doc("Model turns per episode, at most (AReaL's multi-turn example's "
+                                           "name). 1 with no env: one answer per sample, as in single-turn RL.")
+          .at_least(1),
+      OPTION(agent_run_args.turn_discount).doc("An episode's reward is multiplied by turn_discount^(turns - 1) "
+                                               "(AReaL's multi-turn meaning; its example script uses 0.9).")
+          .range(0, 1),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
           .doc("Deprecated (AReaL's older spelling of `rollout.backend` + `actor.backend`): `static` (every "
@@ -391,6 +411,9 @@ std::vector<OptionSpec> declare_options() {
       OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")
           .at_least(0),
+      OPTION(gconfig.max_tokens).doc("Most tokens of a prompt and its answer together; an episode (its prompt "
+                                     "and every turn) ends there, truncated. It also bounds the KV cache of "
+                                     "an episode's row.").at_least(2),
       OPTION(gconfig.greedy).doc("Pick the most likely token instead of sampling."),
       OPTION(gconfig.temperature).doc("Sampling temperature.").positive(),
       OPTION(gconfig.top_p).doc("Nucleus sampling: keep the smallest token set with this much probability.")

@@ -118,6 +118,12 @@ void validate_config(const Config& cfg) {
     for (const std::string& stop : cfg.gconfig.stop)
       if (stop.empty())
         throw ConfigError("option 'gconfig.stop': an empty stop string would end every answer at its first token");
+    if (cfg.agent_run_args.turn_discount <= 0)
+      throw ConfigError("option 'agent_run_args.turn_discount' = 0 would score every episode 0; it must be in (0, 1]");
+    if (!cfg.env.empty() && cfg.env.rfind("command:", 0) != 0 && cfg.env != "builtin:multi_turn_math" &&
+        cfg.env != "builtin:calculator")
+      throw ConfigError(cat("option 'env' = '", cfg.env, "' is not an environment: builtin:multi_turn_math, "
+                            "builtin:calculator or command:<shell command> (docs/agentic.md)"));
     if (cfg.gconfig.min_new_tokens > cfg.gconfig.max_new_tokens)
       throw ConfigError(cat("option 'gconfig.min_new_tokens' = ", cfg.gconfig.min_new_tokens,
                             " is more than 'gconfig.max_new_tokens' = ", cfg.gconfig.max_new_tokens));

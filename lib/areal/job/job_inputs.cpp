@@ -63,6 +63,40 @@ size_t smallest_batch(const EpochSpec& spec) {
   return smallest;
 }
 
+// Multi-turn episodes: the context an episode may fill, the template's message tokens
+// checked now, the memory of rows that hold whole episodes, and the environment on
+// the first rank of each generation group (it decides for the group).
+void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& model, const Allocation& allocation,
+                      bool generates, RlInputs& in) {
+  int64_t context = cfg.gconfig.max_tokens;
+  if (model.max_position_embeddings > 0 && model.rope_scaling.type != "dynamic")
+    context = std::min(context, model.max_position_embeddings);
+  const int64_t longest = std::max(longest_prompt(*in.train), in.valid ? longest_prompt(*in.valid) : 0);
+  if (longest + 2 > context)
+    throw ConfigError(cat("the longest prompt (", longest, " tokens) leaves no room for an episode in ", context,
+                          " tokens (gconfig.max_tokens, at most the model's max_position_embeddings)"));
+  in.sampling.max_tokens = context;
+  in.episodes = {cfg.agent_run_args.max_turns, cfg.agent_run_args.turn_discount, context};
+  try {
+    message_tokens(in.tmpl, *in.tokenizer, "tool", "1", false);
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(cat("option 'chat_template': ", e.what()));
+  }
+  const int64_t t = allocation.separate ? allocation.rollout.tensor : allocation.tensor_parallel();
+  if (generates) {
+    const RolloutConfig& rc = cfg.rollout;
+    const int64_t rows = allocation.separate
+                             ? ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : cfg.train_dataset.batch_size) +
+                                allocation.rollout.data - 1) / allocation.rollout.data * cfg.gconfig.n_samples
+                             : t * ((cfg.train_dataset.batch_size + me.world_size - 1) / me.world_size) *
+                                   cfg.gconfig.n_samples;
+    check_rollout_memory(model, model.num_parameters(), dtype_from_name(cfg.actor.dtype),
+                         in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows, longest,
+                         context - longest, t, at::Device(me.device));
+    if (me.rank % t == 0) in.env = make_environment(cfg.env, *in.reward, cfg.env_workers, cfg.env_timeout);
+  }
+}
+
 RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   const ActorConfig& actor = cfg.actor;
   RlInputs in;
@@ -72,9 +106,12 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
   in.sampling.max_rows = cfg.rollout.max_running_requests;
+  in.episodic = cfg.agent_run_args.max_turns > 1 || !cfg.env.empty();
   if (!cfg.gconfig.stop.empty()) {  // the tokenizer lives in `in` as long as the sampling does
     auto stops = std::make_shared<StopStrings>(cfg.gconfig.stop, *in.tokenizer);
-    in.sampling.stop_check = [stops](const std::vector<int64_t>& answer) { return stops->completed_by_last_token(answer); };
+    in.sampling.stop_check = [stops](const std::vector<int64_t>& answer, size_t turn_start) {
+      return stops->completed_by_last_token(answer, turn_start);
+    };
   }
   const Allocation allocation = allocation_for_world(cfg, me.world_size);
   // Trainers of asynchronous RL score nothing (the generation ranks do): no workers.
@@ -154,6 +191,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   if (in.valid && generates)
     check_rollout_memory(model, model.num_parameters(), dtype, at_once(cfg.valid_dataset.batch_size),
                          longest_prompt(*in.valid), in.sampling.max_new_tokens, t, device);
+  if (in.episodic) prepare_episodes(cfg, me, model, allocation, generates, in);
   return in;
 }
 

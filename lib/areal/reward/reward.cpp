@@ -1,11 +1,13 @@
 #include "areal/reward/reward.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "areal/reward/reward_workers.h"
+#include "areal/reward/worker_pool.h"
 #include "areal/util/error.h"
 #include "areal/util/log.h"
 #include "areal/util/strings.h"
@@ -24,6 +26,17 @@ std::optional<std::string> last_boxed(const std::string& text) {
 }
 
 namespace {
+
+// A reward command's reply: one finite number, nothing else.
+std::optional<double> reward_reply(const std::string& line) {
+  const std::string text = trim(line);
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
 
 std::optional<double> parse_plain(std::string s) {
   std::string cleaned;
@@ -126,7 +139,8 @@ Rewarder::Rewarder(const std::string& reward_fn, int64_t workers, double timeout
   if (reward_fn.rfind(prefix, 0) == 0) {
     const std::string command = trim(reward_fn.substr(prefix.size()));
     if (command.empty()) throw ConfigError("option 'reward_fn' = 'command:' names no command");
-    workers_ = std::make_unique<RewardWorkers>(command, workers, timeout_seconds);
+    workers_ = std::make_unique<WorkerPool>("reward command", command, workers, timeout_seconds,
+                                            [](const std::string& line) { return reward_reply(line).has_value(); });
     try {
       workers_->check_running(0.5);
     } catch (const std::runtime_error& e) {
@@ -143,7 +157,12 @@ std::vector<double> Rewarder::score(const std::vector<RewardCall>& calls, int64_
   if (workers_) {
     std::vector<std::string> requests;
     for (const RewardCall& call : calls) requests.push_back(reward_request_json(call));
-    return workers_->score(requests, failures);
+    std::vector<double> rewards;
+    for (const std::optional<std::string>& reply : workers_->call_all(requests)) {
+      failures += !reply;
+      rewards.push_back(reply ? *reward_reply(*reply) : 0.0);  // a failed call scores 0
+    }
+    return rewards;
   }
   std::vector<double> rewards;
   for (const RewardCall& call : calls)

@@ -17,7 +17,7 @@
 
 namespace areal {
 
-class RewardWorkers;
+class WorkerPool;
 
 using RewardFn = std::function<double(const std::string& answer, const std::string& reference)>;
 
@@ -38,7 +38,7 @@ struct RewardCall {
 std::string reward_request_json(const RewardCall& call);
 
 // Scores answers with reward_fn: a built-in name, or `command:<shell command>` run as
-// a pool of `workers` processes (reward_workers.h), each call within `timeout_seconds`.
+// a pool of `workers` processes (worker_pool.h), each call within `timeout_seconds`.
 class Rewarder {
  public:
   Rewarder(const std::string& reward_fn, int64_t workers, double timeout_seconds);
@@ -49,7 +49,7 @@ class Rewarder {
 
  private:
   RewardFn builtin_;
-  std::unique_ptr<RewardWorkers> workers_;
+  std::unique_ptr<WorkerPool> workers_;
 };
 
 // reward(answer, reference), or 0 when the function throws; `failures` counts those,

@@ -81,6 +81,7 @@ class GenerationReplica {
   const bool leader_;
   const StalenessRule rule_;
   std::unique_ptr<Communicator> tp_;
+  std::optional<EpisodeRunner> episodes_;  // multi-turn episodes
   GroupPlan plan_;
   int64_t version_ = 0, first_version_ = 0;
   std::optional<RolloutModel> model_;
@@ -91,6 +92,7 @@ class GenerationReplica {
   };
   std::map<int64_t, InFlight> in_flight_;             // by group
   std::vector<std::pair<int64_t, int64_t>> started_;  // answer id (of the current stream) -> (group, sample)
+  std::vector<size_t> started_prompts_;               // answer id -> its prompt
   int64_t next_ = 0, next_sample_ = 0;                // the next answer to start
 };
 
@@ -116,6 +118,7 @@ GenerationReplica::GenerationReplica(const Config& cfg, const RlInputs& in, cons
       plan_(in.schedule, batch_) {
   const int64_t t = a.rollout.tensor;
   if (t > 1) tp_ = generators.split(replica_, static_cast<int>(me.rank % t));
+  if (in.episodic) episodes_.emplace(in.env.get(), tp_.get(), *in.tokenizer, in.tmpl, in.sampling.stop_ids, in.episodes);
   install_stop_signal_handlers();
   model_.emplace(receive_first_weights(mail_, source_, model_config, tp_.get(), dtype_from_name(cfg.actor.dtype),
                                        at::Device(me.device), version_));
@@ -148,7 +151,7 @@ void GenerationReplica::evaluate_now() {
   for (size_t i = 0; i < items.size(); ++i) items[i] = i;
   const std::vector<bool> mine(items.size(), leader_);
   const EvalCounts c = greedy_eval(*model_, *in_.valid, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
-                                   cfg_.valid_dataset.batch_size);
+                                   cfg_.valid_dataset.batch_size, episodes_ ? &*episodes_ : nullptr);
   if (leader_) mail_.post(first_trainer_, kTagEval, encode_eval({version_, c.correct / std::max(1.0, c.scored)}));
 }
 
@@ -182,6 +185,7 @@ bool GenerationReplica::next_prompt(std::vector<int64_t>& prompt, at::Generator&
   prompt = (*in_.train)[index].ids;
   generator = answer_generator(cfg_.seed, plan_.step(next_), static_cast<int64_t>(index), next_sample_);
   started_.emplace_back(next_, next_sample_);
+  started_prompts_.push_back(index);
   if (++next_sample_ == n_samples_) {
     next_sample_ = 0;
     ++next_;
@@ -200,9 +204,14 @@ void GenerationReplica::answer_finished(int64_t id, Generated answer) {
     done.prompt = static_cast<int64_t>(plan_.prompt(g));
     done.answers = std::move(group.answers);
     const Prompt& p = (*in_.train)[static_cast<size_t>(done.prompt)];
-    std::vector<RewardCall> calls;
-    for (const Generated& a : done.answers) calls.push_back({&p.example, in_.tokenizer->decode(a.tokens), p.ids, a.tokens});
-    done.rewards = in_.reward->score(calls, done.reward_failures);
+    if (episodes_) {  // episodes: their environment's rewards
+      for (const Generated& a : done.answers) done.rewards.push_back(a.reward);
+    } else {
+      std::vector<RewardCall> calls;
+      for (const Generated& a : done.answers)
+        calls.push_back({&p.example, in_.tokenizer->decode(a.tokens), p.ids, a.tokens});
+      done.rewards = in_.reward->score(calls, done.reward_failures);
+    }
     mail_.post(first_trainer_ + static_cast<int>(plan_.position(g) % trainers_), kTagGroup, encode_group(done));
   }
   in_flight_.erase(g);
@@ -217,7 +226,10 @@ void GenerationReplica::post_done() {
 void GenerationReplica::run() {
   PromptSource feed;
   feed.next = [this](std::vector<int64_t>& prompt, at::Generator& generator) { return next_prompt(prompt, generator); };
-  feed.finished = [this](int64_t id, Generated answer) { answer_finished(id, std::move(answer)); };
+  feed.finished = [this](int64_t id, Generated answer) {
+    if (episodes_) episodes_->complete(id, answer);
+    answer_finished(id, std::move(answer));
+  };
   const WeightCheck check = [this] {
     relay_stop();
     while (newer_waiting()) take_version();
@@ -235,6 +247,11 @@ void GenerationReplica::run() {
       // Runs until the source has nothing to start and every answer finished: the
       // staleness rule holds the next group back, an evaluation is due, or all are out.
       started_.clear();  // answer ids count from 0 in each stream; none is in flight now
+      started_prompts_.clear();
+      if (episodes_)
+        feed.episodes = episodes_->hooks([this](int64_t id) {
+          return &(*in_.train)[started_prompts_.at(static_cast<size_t>(id))];
+        });
       generate_stream(*model_, in_.sampling, longest, max_rows, feed, check);
       evaluate_now();
       skip_others();

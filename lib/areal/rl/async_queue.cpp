@@ -22,6 +22,12 @@ std::vector<char> encode_group(const FinishedGroup& g) {
     w.put_vector(a.logprobs);
     w.put_vector(a.versions);
     w.put<uint8_t>(a.truncated ? 1 : 0);
+    w.put_vector(a.model_tokens);
+    w.put(a.turns);
+    w.put(a.tool_messages);
+    w.put(a.reward);
+    w.put(a.env_seconds);
+    w.put<uint8_t>(static_cast<uint8_t>(a.end));
   }
   return w.take();
 }
@@ -40,6 +46,12 @@ FinishedGroup decode_group(const std::vector<char>& bytes) {
     a.logprobs = r.get_vector<float>();
     a.versions = r.get_vector<int64_t>();
     a.truncated = r.get<uint8_t>() != 0;
+    a.model_tokens = r.get_vector<uint8_t>();
+    a.turns = r.get<int64_t>();
+    a.tool_messages = r.get<int64_t>();
+    a.reward = r.get<double>();
+    a.env_seconds = r.get<double>();
+    a.end = static_cast<EpisodeEnd>(r.get<uint8_t>());
   }
   if (!r.done() || g.rewards.size() != g.answers.size())
     throw std::runtime_error(cat("a finished group's message (group ", g.index, ") is malformed"));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "areal/config/allocation.h"
 #include "areal/recover/periodic_saves.h"
@@ -33,6 +34,8 @@ class ColocatedRollout : public RolloutSource {
     group_size_ = static_cast<int>(allocation_for_world(cfg, me.world_size).tensor_parallel());
     group_first_ = me.rank / group_size_ * group_size_;
     if (group_size_ > 1) group_comm_ = comm.split(me.rank / group_size_, me.rank % group_size_);
+    if (in.episodic)
+      episodes_.emplace(in.env.get(), group_comm_.get(), *in.tokenizer, in.tmpl, in.sampling.stop_ids, in.episodes);
   }
 
   bool asynchronous() const override { return false; }
@@ -74,6 +77,7 @@ class ColocatedRollout : public RolloutSource {
   Policy& policy_;
   int group_first_ = 0, group_size_ = 1;
   std::unique_ptr<Communicator> group_comm_;  // the tensor-parallel group (none at t = 1)
+  std::optional<EpisodeRunner> episodes_;     // multi-turn episodes
   Clock::time_point last_eval_;
 };
 
@@ -82,6 +86,7 @@ void ColocatedRollout::generate_round(RolloutModel& slices, int64_t step, const 
                                       std::vector<Generated>& answers, int64_t& cache_bytes) {
   const int64_t n_samples = cfg_.gconfig.n_samples;
   std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
+  std::vector<const Prompt*> row_prompts;
   std::vector<at::Generator> generators;
   size_t first_row = 0, mine = 0;  // this rank's answers among the group's
   for (int member = group_first_; member < group_first_ + group_size_; ++member) {
@@ -94,11 +99,16 @@ void ColocatedRollout::generate_round(RolloutModel& slices, int64_t step, const 
       }
       for (int64_t s = 0; s < n_samples; ++s) {
         prompt_ids.push_back((*in_.train)[index].ids);
+        row_prompts.push_back(&(*in_.train)[index]);
         generators.push_back(answer_generator(cfg_.seed, step, static_cast<int64_t>(index), s + round * n_samples));
       }
     }
   }
-  std::vector<Generated> group_answers = generate(slices, prompt_ids, in_.sampling, generators, &cache_bytes);
+  EpisodeHooks hooks;
+  if (episodes_) hooks = episodes_->hooks([&](int64_t id) { return row_prompts[static_cast<size_t>(id)]; });
+  std::vector<Generated> group_answers = generate(slices, prompt_ids, in_.sampling, generators, &cache_bytes, {}, hooks);
+  if (episodes_)
+    for (size_t r = 0; r < group_answers.size(); ++r) episodes_->complete(static_cast<int64_t>(r), group_answers[r]);
   answers.insert(answers.end(), group_answers.begin() + first_row, group_answers.begin() + first_row + mine);
 }
 
@@ -182,7 +192,7 @@ double ColocatedRollout::evaluate(const char* when) {
       mine.push_back(member == me_.rank);
     }
   const EvalCounts counts = greedy_eval(slices, data, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
-                                        cfg_.valid_dataset.batch_size);
+                                        cfg_.valid_dataset.batch_size, episodes_ ? &*episodes_ : nullptr);
   at::Tensor totals = at::tensor({counts.correct, counts.scored}, at::kDouble);
   comm_.all_reduce(totals, ReduceOp::Sum);
   const double accuracy = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());

@@ -6,7 +6,7 @@ namespace areal {
 
 EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std::vector<size_t>& items,
                        const std::vector<bool>& mine, SamplingParams sampling, const Tokenizer& tokenizer,
-                       Rewarder& reward, int64_t chunk) {
+                       Rewarder& reward, int64_t chunk, EpisodeRunner* episodes) {
   sampling.greedy = true;
   EvalCounts counts;
   int64_t failures = 0;
@@ -15,7 +15,19 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
     const size_t end = std::min(items.size(), begin + static_cast<size_t>(chunk));
     std::vector<std::vector<int64_t>> prompts;
     for (size_t k = begin; k < end; ++k) prompts.push_back(data[items[k]].ids);
-    std::vector<Generated> answers = generate(model, prompts, sampling, none);
+    std::vector<Generated> answers;
+    if (episodes) {  // an episode scores its environment's reward
+      const EpisodeHooks hooks = episodes->hooks([&](int64_t id) { return &data[items[begin + static_cast<size_t>(id)]]; });
+      answers = generate(model, prompts, sampling, none, nullptr, {}, hooks);
+      for (size_t k = begin; k < end; ++k) {
+        episodes->complete(static_cast<int64_t>(k - begin), answers[k - begin]);
+        if (!mine[k]) continue;
+        counts.correct += answers[k - begin].reward > 0;
+        counts.scored += 1;
+      }
+      continue;
+    }
+    answers = generate(model, prompts, sampling, none);
     std::vector<RewardCall> calls;
     for (size_t k = begin; k < end; ++k) {
       if (!mine[k]) continue;

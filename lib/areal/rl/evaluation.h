@@ -6,6 +6,7 @@
 
 #include "areal/data/prompt_dataset.h"
 #include "areal/reward/reward.h"
+#include "areal/rl/episodes.h"
 #include "areal/rollout/generation.h"
 #include "areal/text/tokenizer.h"
 
@@ -17,9 +18,10 @@ struct EvalCounts {
 
 // Greedy answers to the prompts `items` of `data` on `model` (collective over its
 // tensor-parallel group, whose ranks pass the same items), `chunk` prompts at a time;
-// the answers with mine[k] are scored here.
+// the answers with mine[k] are scored here. With `episodes`, each prompt is a greedy
+// episode, scored by its environment.
 EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std::vector<size_t>& items,
                        const std::vector<bool>& mine, SamplingParams sampling, const Tokenizer& tokenizer,
-                       Rewarder& reward, int64_t chunk);
+                       Rewarder& reward, int64_t chunk, EpisodeRunner* episodes = nullptr);
 
 }  // namespace areal

@@ -14,11 +14,17 @@ std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int
                                   const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
                                   Rewarder& reward, int64_t& failures) {
   std::vector<RewardCall> calls;
+  std::vector<double> rewards;
   for (size_t i = first_prompt * n_samples; i < answers.size(); ++i) {
+    if (answers[i].turns > 0) {  // an episode: its environment's reward
+      rewards.push_back(answers[i].reward);
+      continue;
+    }
     const Prompt& prompt = *prompts[i / n_samples];
     calls.push_back({&prompt.example, tokenizer.decode(answers[i].tokens), prompt.ids, answers[i].tokens});
   }
-  return reward.score(calls, failures);
+  if (!calls.empty()) rewards = reward.score(calls, failures);
+  return rewards;
 }
 
 Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
@@ -40,7 +46,11 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     r.ids[i].narrow(0, 0, p).copy_(at::tensor(prompt.ids, at::kLong));
     if (a > 0) {
       r.ids[i].narrow(0, p, a).copy_(at::tensor(answer.tokens, at::kLong));
-      r.loss_mask[i].narrow(0, p - 1, a).fill_(1);
+      if (answer.model_tokens.empty()) {
+        r.loss_mask[i].narrow(0, p - 1, a).fill_(1);
+      } else {  // an episode: the environment's tokens are not trained on
+        r.loss_mask[i].narrow(0, p - 1, a).copy_(at::tensor(answer.model_tokens, at::kByte).to(at::kFloat));
+      }
       r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
     }
     r.answer_tokens += a;
@@ -49,6 +59,16 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
     r.longest_answer = std::max(r.longest_answer, a);
     r.truncated += answer.truncated;
     if (!answer.versions.empty()) r.head_versions.push_back(answer.versions.front());
+    if (answer.turns > 0) {
+      EpisodeCounts& e = r.episodes;
+      ++e.episodes;
+      e.turns += answer.turns;
+      e.tool_messages += answer.tool_messages;
+      e.env_seconds += answer.env_seconds;
+      e.env_failures += answer.end == EpisodeEnd::kEnvFailure;
+      e.limit_ends += answer.end == EpisodeEnd::kTurnLimit || answer.end == EpisodeEnd::kContextLimit;
+      for (uint8_t m : answer.model_tokens) e.env_tokens += m == 0;
+    }
   }
   return r;
 }

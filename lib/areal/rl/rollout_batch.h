@@ -16,6 +16,12 @@
 
 namespace areal {
 
+// What a step's episodes add to its statistics (zero without episodes).
+struct EpisodeCounts {
+  int64_t episodes = 0, turns = 0, tool_messages = 0, env_failures = 0, limit_ends = 0, env_tokens = 0;
+  double env_seconds = 0;
+};
+
 // Targets are ids[:, 1:]; position t of the [rows, L - 1] tensors predicts token t + 1.
 struct Rollout {
   at::Tensor ids;        // [rows, L] prompt + answer, right-padded
@@ -27,12 +33,14 @@ struct Rollout {
   std::vector<double> rewards;   // raw rewards
   std::vector<int64_t> head_versions;  // asynchronous RL: the weight version of each answer's first token
   int64_t answer_tokens = 0, longest_answer = 0, truncated = 0, reward_failures = 0;
+  EpisodeCounts episodes;
 
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
   PaddedSequences sequences() const { return {ids, lengths}; }
 };
 
-// The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end).
+// The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end):
+// reward_fn's, or an episode's from its environment.
 std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int64_t n_samples,
                                   const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
                                   Rewarder& reward, int64_t& failures);

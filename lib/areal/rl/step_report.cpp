@@ -31,12 +31,17 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
     stale_max = std::max(stale_max, static_cast<double>(step - v));
   }
   enum Sum { kRewardSum, kRewardSq, kCorrect, kRows, kTokens, kTruncated, kClipped, kDual, kEntropy, kKl, kFailures,
-             kTrainTokens, kKept, kStale, kFiltered, kSums };
+             kTrainTokens, kKept, kStale, kFiltered, kEpisodes, kTurns, kToolMessages, kEnvFailures, kLimitEnds,
+             kEnvTokens, kEnvSeconds, kSums };
+  const EpisodeCounts& e = r.episodes;
   at::Tensor sums = at::tensor(
       {reward_sum, reward_sq, correct, rows, static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated),
        u.clipped, u.dual_clipped, u.entropy, adv.kl.defined() ? adv.kl.sum().item<double>() : 0.0,
        static_cast<double>(r.reward_failures), static_cast<double>(r.ids.numel()),
-       adv.kept.defined() ? adv.kept.sum().item<double>() : rows, stale_sum, adv.filtered_tokens},
+       adv.kept.defined() ? adv.kept.sum().item<double>() : rows, stale_sum, adv.filtered_tokens,
+       static_cast<double>(e.episodes), static_cast<double>(e.turns), static_cast<double>(e.tool_messages),
+       static_cast<double>(e.env_failures), static_cast<double>(e.limit_ends), static_cast<double>(e.env_tokens),
+       e.env_seconds},
       at::kDouble);
   comm.all_reduce(sums, ReduceOp::Sum);
   // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
@@ -85,6 +90,15 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
   st.staleness_mean = s(kStale) / n;
   st.filtered_share = s(kFiltered) / tokens;
   st.staleness_max = mx(kStaleMax);
+  st.episodes = s(kEpisodes);
+  if (st.episodes > 0) {
+    st.turns_mean = s(kTurns) / st.episodes;
+    st.tool_calls_mean = s(kToolMessages) / st.episodes;
+    st.env_seconds_mean = s(kEnvSeconds) / st.episodes;
+    st.env_failures = s(kEnvFailures);
+    st.limit_ends = s(kLimitEnds);
+    st.masked_token_share = s(kEnvTokens) / tokens;
+  }
   return st;
 }
 
@@ -119,6 +133,14 @@ Stats stats_row(const Config& cfg, const StepStats& s, const StepRollout& rollou
   if (cfg.actor.use_decoupled_loss && effective_rejection_sampling(cfg.actor).level != "none")
     row.push_back({"rejection_filtered_share", s.filtered_share});
   if (rollout.refilled) row.push_back({"refill_rounds", static_cast<double>(rollout.refill_rounds)});
+  if (s.episodes > 0) {  // multi-turn episodes (docs/agentic.md)
+    row.push_back({"turns_mean", s.turns_mean});
+    row.push_back({"tool_calls_mean", s.tool_calls_mean});
+    row.push_back({"env_seconds_mean", s.env_seconds_mean});
+    row.push_back({"env_failures", s.env_failures});
+    row.push_back({"episodes_ended_by_limit", s.limit_ends});
+    row.push_back({"masked_token_share", s.masked_token_share});
+  }
   row.push_back({"step_seconds", s.step_seconds});
   if (asynchronous) {  // rollout_seconds is the trainers' wait for the queue
     row.push_back({"staleness_mean", s.staleness_mean});
@@ -137,6 +159,7 @@ std::string step_line(const StepStats& s) {
                 s.accuracy, s.response_length_mean, s.response_length_max, s.truncated_share, s.loss, s.clip_fraction,
                 s.kl, s.entropy, s.grad_norm, s.lr, s.rollout_seconds, s.train_seconds, s.gen_tokens_per_second,
                 format_bytes(static_cast<int64_t>(s.peak_memory_bytes)).c_str());
+  if (s.episodes > 0) return cat(line, "  turns ", format_fixed(s.turns_mean, 2), "  tools ", format_fixed(s.tool_calls_mean, 2));
   return line;
 }
 

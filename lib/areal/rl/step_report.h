@@ -27,6 +27,10 @@ struct StepStats {
   double kept_answers = 0;  // DAPO's dynamic sampling: answers that stayed
   double staleness_mean = 0, staleness_max = 0;  // asynchronous RL
   double filtered_share = 0;  // of the answer tokens: masked or clamped by rejection sampling
+  // Multi-turn episodes (0 without): per episode, and counts over the step.
+  double episodes = 0, turns_mean = 0, tool_calls_mean = 0, env_seconds_mean = 0;
+  double env_failures = 0, limit_ends = 0;
+  double masked_token_share = 0;  // of the answer tokens: the environment's (loss mask 0)
 };
 
 // This rank's part of the step.

@@ -132,7 +132,7 @@ std::vector<Generated> generate(CausalLM& model, const std::vector<std::vector<i
 
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& p, std::vector<at::Generator>& generators, int64_t* cache_bytes,
-                                const WeightCheck& weight_check) {
+                                const WeightCheck& weight_check, const EpisodeHooks& episodes) {
   const int64_t n = static_cast<int64_t>(prompts.size());
   std::vector<Generated> out(n);
   if (n == 0) return out;
@@ -154,6 +154,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
     return true;
   };
   source.finished = [&](int64_t id, Generated answer) { out[id] = std::move(answer); };
+  source.episodes = episodes;
   const int64_t max_rows = p.max_rows > 0 ? std::min(p.max_rows, n) : n;
   const int64_t used = generate_stream(model, p, longest, max_rows, source, weight_check);
   if (cache_bytes) *cache_bytes = used;
@@ -163,15 +164,25 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
 int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t longest_prompt, int64_t max_rows,
                         PromptSource& source, const WeightCheck& weight_check) {
   at::NoGradGuard no_grad;
-  PagedKvCache cache(model, max_rows, longest_prompt + p.max_new_tokens);
+  const bool episodes = static_cast<bool>(source.episodes);
+  if (episodes && (!source.episodes.replies || p.max_tokens <= 0))
+    throw std::invalid_argument("generate: episodes need a replies hook and SamplingParams::max_tokens");
+  // A row's room: its prompt and answer, or an episode's every turn (gconfig.max_tokens).
+  int64_t capacity = longest_prompt + p.max_new_tokens;
+  if (p.max_tokens > 0) capacity = episodes ? p.max_tokens : std::min(capacity, p.max_tokens);
+  PagedKvCache cache(model, max_rows, capacity);
   // By answer id (the order answers start in): its prompt until it starts, its sampler,
-  // its answer until it finishes.
+  // its answer until it finishes, its prompt's length and where its current turn starts.
   std::vector<std::vector<int64_t>> prompts;
   std::vector<at::Generator> generators;
   std::vector<Generated> out;
-  // `batch[i]` is the answer that row i of the cache and of `logits` belongs to.
+  std::vector<int64_t> prompt_length, turn_start;
+  // `batch[i]` is the answer that row i of the cache belongs to; `waiting[i]`: the row's
+  // episode waits for its environment (its cache kept, not decoding).
   std::vector<int64_t> batch;
-  auto start_new = [&](int64_t room) {  // up to `room` new answers from the source take rows
+  std::vector<bool> waiting;
+  int64_t waiting_rows = 0;
+  auto start_new = [&](int64_t room, std::vector<int64_t>& rows) {  // up to `room` new answers take rows
     std::vector<int64_t> ids;
     for (int64_t k = 0; k < room; ++k) {
       std::vector<int64_t> prompt;
@@ -182,69 +193,171 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
                                         ", and not empty)"));
       if (!p.greedy && !generator.defined()) throw std::invalid_argument("generate: a sampled answer needs a generator");
       ids.push_back(static_cast<int64_t>(out.size()));
+      prompt_length.push_back(static_cast<int64_t>(prompt.size()));
+      turn_start.push_back(0);
       prompts.push_back(std::move(prompt));
       generators.push_back(generator);
       out.emplace_back();
     }
     if (ids.empty()) return at::Tensor();
-    batch.insert(batch.end(), ids.begin(), ids.end());
+    for (int64_t id : ids) {
+      rows.push_back(static_cast<int64_t>(batch.size()));
+      batch.push_back(id);
+      waiting.push_back(false);
+    }
     at::Tensor first = start_answers(model, cache, prompts, ids, p.pad_id);
     for (int64_t id : ids) std::vector<int64_t>().swap(prompts[id]);  // started: the cache has it
     return first;
   };
   // The version of the weights that made `logits` (0 without a weight check).
   int64_t logits_version = weight_check ? weight_check() : 0;
-  at::Tensor logits = start_new(max_rows);
+  // `logits` row k belongs to cache row logit_rows[k].
+  std::vector<int64_t> logit_rows;
+  at::Tensor logits = start_new(max_rows, logit_rows);
 
   // Decoding. A finished answer leaves the batch at once and its blocks go back to the
   // pool (no other row's cache moves); a new answer from the source takes the free row
   // at once (continuous batching), so the batch stays full while the source has prompts.
+  // An episode's row waiting for its environment keeps its cache and skips the steps.
   const VocabSlice vocab{{}, model.vocab_begin(), model.config().vocab_size};
-  while (logits.defined()) {
-    // This rank's vocabulary columns of the step: the step's one wait for the device.
-    VocabSlice slice = vocab;
-    slice.logits = logits.to(at::kFloat).cpu();
-    std::vector<at::Generator> row_generators;
-    std::vector<bool> hold_stop;
-    for (const int64_t r : batch) {
-      hold_stop.push_back(static_cast<int64_t>(out[r].tokens.size()) < p.min_new_tokens);
-      if (!p.greedy) row_generators.push_back(generators[r]);
-    }
-    const NextTokens sampled = sample_next(slice, p, row_generators, hold_stop, model.group());
-    std::vector<int64_t> active, active_batch, next;  // rows that go on, their answers and tokens
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t r = batch[i], token = sampled.tokens[i];
-      out[r].tokens.push_back(token);
-      out[r].logprobs.push_back(sampled.logprobs[i]);
-      if (weight_check) out[r].versions.push_back(logits_version);
-      const bool may_stop = static_cast<int64_t>(out[r].tokens.size()) > p.min_new_tokens;
-      const bool stopped = std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end() ||
-                           (may_stop && p.stop_check && p.stop_check(out[r].tokens));
-      if (stopped || static_cast<int64_t>(out[r].tokens.size()) == p.max_new_tokens) {
-        out[r].truncated = !stopped;
-        generators[r] = at::Generator();
-        source.finished(r, std::move(out[r]));
-        continue;
+  bool wait_for_reply = false;
+  for (;;) {
+    std::vector<int64_t> decode_rows, decode_tokens;  // rows that go on, and their tokens
+    std::vector<bool> drop(batch.size(), false);
+    if (logits.defined()) {
+      // This rank's vocabulary columns of the step: the step's one wait for the device.
+      VocabSlice slice = vocab;
+      slice.logits = logits.to(at::kFloat).cpu();
+      std::vector<at::Generator> row_generators;
+      std::vector<bool> hold_stop;
+      for (const int64_t row : logit_rows) {
+        const int64_t r = batch[row];
+        hold_stop.push_back(static_cast<int64_t>(out[r].tokens.size()) - turn_start[r] < p.min_new_tokens);
+        if (!p.greedy) row_generators.push_back(generators[r]);
       }
-      active.push_back(static_cast<int64_t>(i));
-      active_batch.push_back(r);
-      next.push_back(token);
+      const NextTokens sampled = sample_next(slice, p, row_generators, hold_stop, model.group());
+      for (size_t i = 0; i < logit_rows.size(); ++i) {
+        const int64_t row = logit_rows[i], r = batch[row], token = sampled.tokens[i];
+        Generated& a = out[r];
+        a.tokens.push_back(token);
+        a.logprobs.push_back(sampled.logprobs[i]);
+        if (weight_check) a.versions.push_back(logits_version);
+        if (episodes) a.model_tokens.push_back(1);
+        const int64_t turn_tokens = static_cast<int64_t>(a.tokens.size()) - turn_start[r];
+        const bool may_stop = turn_tokens > p.min_new_tokens;
+        const bool stopped =
+            std::find(p.stop_ids.begin(), p.stop_ids.end(), token) != p.stop_ids.end() ||
+            (may_stop && p.stop_check && p.stop_check(a.tokens, static_cast<size_t>(turn_start[r])));
+        const bool full = prompt_length[r] + static_cast<int64_t>(a.tokens.size()) >= capacity;
+        if (!stopped && !full && turn_tokens < p.max_new_tokens) {
+          decode_rows.push_back(row);
+          decode_tokens.push_back(token);
+          continue;
+        }
+        a.truncated = !stopped;
+        if (episodes) {  // the row waits for the environment, its cache kept
+          waiting[row] = true;
+          ++waiting_rows;
+          source.episodes.turn_ended(r, a);
+          continue;
+        }
+        generators[r] = at::Generator();
+        source.finished(r, std::move(a));
+        drop[row] = true;
+      }
     }
-    if (active.size() < batch.size()) cache.keep_rows(active);
-    batch = active_batch;
     logits = at::Tensor();
+    logit_rows.clear();
+    // Environments' replies: an ended episode leaves; a continued one appends the
+    // environment's tokens (one prefill of the waiting rows that go on).
+    std::vector<int64_t> resume_rows;
+    std::vector<std::vector<int64_t>> resume_tokens;
+    auto take_replies = [&](bool wait) {
+      std::vector<int64_t> row_of(out.size(), -1);
+      for (size_t row = 0; row < batch.size(); ++row) row_of[batch[row]] = static_cast<int64_t>(row);
+      for (TurnReply& reply : source.episodes.replies(wait)) {
+        const int64_t row = reply.id >= 0 && reply.id < static_cast<int64_t>(out.size()) ? row_of[reply.id] : -1;
+        if (row < 0 || !waiting[row]) throw std::logic_error(cat("generate: a reply for episode ", reply.id,
+                                                                 ", which does not wait for one"));
+        waiting[row] = false;
+        --waiting_rows;
+        Generated& a = out[reply.id];
+        if (reply.end) {
+          generators[reply.id] = at::Generator();
+          source.finished(reply.id, std::move(a));
+          drop[row] = true;
+          continue;
+        }
+        if (reply.tokens.empty() ||
+            prompt_length[reply.id] + static_cast<int64_t>(a.tokens.size() + reply.tokens.size()) >= capacity)
+          throw std::logic_error(cat("generate: episode ", reply.id, " continues with ", reply.tokens.size(),
+                                     " tokens, which do not leave room for a turn in its row of ", capacity));
+        // The turn's last token was sampled but never run: it goes into the cache with
+        // the environment's tokens.
+        reply.tokens.insert(reply.tokens.begin(), a.tokens.back());
+        a.tokens.insert(a.tokens.end(), reply.tokens.begin() + 1, reply.tokens.end());
+        const size_t added = reply.tokens.size() - 1;
+        a.logprobs.insert(a.logprobs.end(), added, 0.0f);
+        if (weight_check) a.versions.insert(a.versions.end(), added, -1);
+        a.model_tokens.insert(a.model_tokens.end(), added, 0);
+        a.truncated = false;
+        turn_start[reply.id] = static_cast<int64_t>(a.tokens.size());
+        resume_rows.push_back(row);
+        resume_tokens.push_back(std::move(reply.tokens));
+      }
+    };
+    if (waiting_rows > 0) take_replies(wait_for_reply);
+    wait_for_reply = false;
+    // Finished rows leave the cache; the others keep their order.
+    if (std::find(drop.begin(), drop.end(), true) != drop.end()) {
+      std::vector<int64_t> keep, new_index(batch.size(), -1), kept_batch;
+      std::vector<bool> kept_waiting;
+      for (size_t row = 0; row < batch.size(); ++row) {
+        if (drop[row]) continue;
+        new_index[row] = static_cast<int64_t>(keep.size());
+        keep.push_back(static_cast<int64_t>(row));
+        kept_batch.push_back(batch[row]);
+        kept_waiting.push_back(waiting[row]);
+      }
+      cache.keep_rows(keep);
+      batch = std::move(kept_batch);
+      waiting = std::move(kept_waiting);
+      for (int64_t& row : decode_rows) row = new_index[row];
+      for (int64_t& row : resume_rows) row = new_index[row];
+    }
     if (weight_check) logits_version = weight_check();
-    if (!active.empty()) {
-      std::vector<int64_t> rows(active.size()), ones(active.size(), 1);
-      for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-      logits = extend(model, cache, at::tensor(next, at::kLong).unsqueeze(1), rows, ones);
+    std::vector<at::Tensor> parts;
+    if (!decode_rows.empty()) {
+      parts.push_back(extend(model, cache, at::tensor(decode_tokens, at::kLong).unsqueeze(1), decode_rows,
+                             std::vector<int64_t>(decode_rows.size(), 1)));
+      logit_rows.insert(logit_rows.end(), decode_rows.begin(), decode_rows.end());
+    }
+    if (!resume_rows.empty()) {
+      size_t width = 0;
+      for (const auto& t : resume_tokens) width = std::max(width, t.size());
+      at::Tensor ids = at::full({static_cast<int64_t>(resume_rows.size()), static_cast<int64_t>(width)}, p.pad_id,
+                                at::kLong);
+      std::vector<int64_t> counts;
+      for (size_t k = 0; k < resume_rows.size(); ++k) {
+        counts.push_back(static_cast<int64_t>(resume_tokens[k].size()));
+        ids[static_cast<int64_t>(k)].narrow(0, 0, counts.back()).copy_(at::tensor(resume_tokens[k], at::kLong));
+      }
+      parts.push_back(extend(model, cache, ids, resume_rows, counts));
+      logit_rows.insert(logit_rows.end(), resume_rows.begin(), resume_rows.end());
     }
     // Refill: new answers take the free rows, prefilled together; their first logits
-    // follow the decoding rows'.
+    // follow the others'.
     if (const int64_t room = max_rows - cache.rows(); room > 0) {
-      at::Tensor first = start_new(room);
-      if (first.defined()) logits = logits.defined() ? at::cat({logits, first}) : first;
+      at::Tensor first = start_new(room, logit_rows);
+      if (first.defined()) parts.push_back(first);
     }
+    if (!parts.empty()) {
+      logits = parts.size() == 1 ? parts[0] : at::cat(parts);
+      continue;
+    }
+    if (waiting_rows == 0) break;  // nothing runs, nothing waits: every answer is out
+    // Every row waits for its environment: the next pass waits for a reply.
+    wait_for_reply = true;
   }
   return cache.bytes();
 }

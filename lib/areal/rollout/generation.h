@@ -24,12 +24,45 @@
 
 namespace areal {
 
+// How an episode ended (rl/episodes.h).
+enum class EpisodeEnd : uint8_t { kDone, kEnvFailure, kTurnLimit, kContextLimit };
+
 struct Generated {
   std::vector<int64_t> tokens;  // the answer, ending with its stop token (or the token that
-                                // completed a stop string) unless truncated
+                                // completed a stop string) unless truncated; an episode's:
+                                // every turn after the prompt, the environment's messages too
   std::vector<float> logprobs;  // log p(token) under softmax(logits / temperature), per token
-  bool truncated = false;       // max_new_tokens reached without a stop token or string
-  std::vector<int64_t> versions;  // the weight version each token was sampled with (with a WeightCheck)
+                                // (0 for the environment's)
+  bool truncated = false;       // max_new_tokens (or gconfig.max_tokens) reached without a stop
+  std::vector<int64_t> versions;  // the weight version each token was sampled with (with a
+                                  // WeightCheck; -1 for the environment's)
+  // Episodes only (empty / 0 for a single answer, which reward_fn scores):
+  std::vector<uint8_t> model_tokens;  // per token: 1 the model's, 0 the environment's (loss mask)
+  int64_t turns = 0;                  // the model's turns
+  int64_t tool_messages = 0;          // environment messages with role "tool"
+  double reward = 0;                  // from the environment, turn_discount applied
+  double env_seconds = 0;             // waiting for the environment
+  EpisodeEnd end = EpisodeEnd::kDone;
+};
+
+// Episodes (rl/episodes.h): with `turn_ended` set, an answer whose turn ends (stop token,
+// stop string, max_new_tokens) is handed to it, the episode so far, and its row waits
+// with its KV cache kept while the other rows go on. `replies` hands back the episodes
+// whose environment answered: to continue (the tokens to append, prefilled onto the
+// kept cache, then the model's next turn; max/min_new_tokens count per turn) or to end
+// (then `finished` gets the episode). It is called before each forward step with `wait`
+// false, and with `wait` true when no row could run without a reply (it must then
+// return at least one). The group's ranks must get the same replies at the same calls.
+// Episodes need SamplingParams::max_tokens: a row's room in the cache.
+struct TurnReply {
+  int64_t id = 0;
+  bool end = false;
+  std::vector<int64_t> tokens;  // to continue: the environment's message, templated
+};
+struct EpisodeHooks {
+  std::function<void(int64_t id, const Generated& episode)> turn_ended;
+  std::function<std::vector<TurnReply>(bool wait)> replies;
+  explicit operator bool() const { return static_cast<bool>(turn_ended); }
 };
 
 // Interruptible generation (asynchronous RL): called before each forward step of the
@@ -58,9 +91,11 @@ void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::Sca
 // `cache_bytes`, when given, receives the most bytes of KV cache this rank held at once.
 // `weight_check`, when given, runs before every forward step (above); the keys and
 // values cached before new weights came stay as they were computed.
+// With `episodes` set, each prompt starts an episode (below) and its answer is the episode.
 std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                 const SamplingParams& params, std::vector<at::Generator>& generators,
-                                int64_t* cache_bytes = nullptr, const WeightCheck& weight_check = {});
+                                int64_t* cache_bytes = nullptr, const WeightCheck& weight_check = {},
+                                const EpisodeHooks& episodes = {});
 // Continuous generation from a stream of prompts (asynchronous RL): `next` hands out
 // the next answer to start (its prompt and, when sampling, its generator; false: none
 // now) and `finished` takes each answer the moment it ends, with its id (the order
@@ -73,6 +108,7 @@ std::vector<Generated> generate(RolloutModel& model, const std::vector<std::vect
 struct PromptSource {
   std::function<bool(std::vector<int64_t>& prompt, at::Generator& generator)> next;
   std::function<void(int64_t id, Generated answer)> finished;
+  EpisodeHooks episodes;  // unset: single answers
 };
 int64_t generate_stream(RolloutModel& model, const SamplingParams& params, int64_t longest_prompt, int64_t max_rows,
                         PromptSource& source, const WeightCheck& weight_check = {});

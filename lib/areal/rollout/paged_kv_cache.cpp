@@ -57,8 +57,7 @@ CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vecto
   CacheStep step;
   const int64_t batch = static_cast<int64_t>(rows.size());
   step.prefill = std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return lengths_.at(r) == 0; });
-  if (!step.prefill && width != 1)
-    throw std::logic_error("PagedKvCache::begin: a step either prefills empty rows or decodes one token per row");
+  const bool appends = !step.prefill && width != 1;
 
   at::Tensor positions = at::empty({batch, width}, at::kLong);
   auto position = positions.accessor<int64_t, 2>();
@@ -84,13 +83,19 @@ CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vecto
       real.push_back(b * width + t);
     }
     lengths_[rows[b]] = end;
+    if (appends) {
+      std::vector<int64_t> all(static_cast<size_t>(end));
+      for (int64_t t = 0; t < end; ++t) all[t] = table[t / kBlockTokens] * kBlockTokens + t % kBlockTokens;
+      step.row_slots.push_back(at::tensor(all, at::kLong).to(device_));
+      step.starts.push_back(start);
+    }
     step.longest = std::max(step.longest, end);
     most_blocks = std::max(most_blocks, table.size());
   }
   step.positions = positions.to(device_);
   step.write_slots = at::tensor(slots, at::kLong).to(device_);
   if (!all_real) step.real_tokens = at::tensor(real, at::kLong).to(device_);
-  if (!step.prefill) {
+  if (!step.prefill && !appends) {
     std::vector<int64_t> tables(batch * most_blocks, 0), lengths;
     for (int64_t b = 0; b < batch; ++b) {
       const std::vector<int64_t>& table = tables_[rows[b]];
@@ -101,6 +106,29 @@ CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vecto
     step.lengths = at::tensor(lengths, at::kLong).to(device_);
   }
   return step;
+}
+
+// Row by row (such steps are rare: one per environment reply): the row's keys and
+// values gathered from the pool, each new token attending to every earlier token of
+// its row and itself. Padding queries past a row's count are computed and unused.
+at::Tensor PagedKvCache::attend_appended(const CacheStep& step, const at::Tensor& q, const at::Tensor& key_pool,
+                                         const at::Tensor& value_pool, int64_t window) const {
+  const int64_t kv_heads = key_pool.size(2), dim = key_pool.size(3), width = q.size(2);
+  std::vector<at::Tensor> rows;
+  for (size_t b = 0; b < step.row_slots.size(); ++b) {
+    const at::Tensor& slots = step.row_slots[b];
+    const int64_t length = slots.size(0);
+    auto gather = [&](const at::Tensor& pool) {
+      return pool.view({-1, kv_heads, dim}).index_select(0, slots).transpose(0, 1).unsqueeze(0);  // [1, kv, S, dim]
+    };
+    const at::Tensor query = at::arange(step.starts[b], step.starts[b] + width, slots.options()).view({width, 1});
+    const at::Tensor key = at::arange(length, slots.options()).view({1, length});
+    at::Tensor allowed = key <= query;
+    if (window > 0) allowed = allowed & (query - key < window);
+    rows.push_back(areal::attend(config_, q.narrow(0, static_cast<int64_t>(b), 1), gather(key_pool), gather(value_pool),
+                                 allowed.view({1, 1, width, length}), /*causal=*/false));
+  }
+  return at::cat(rows);
 }
 
 at::Tensor PagedKvCache::attend(size_t layer, const CacheStep& step, const at::Tensor& q, const at::Tensor& k,
@@ -120,6 +148,7 @@ at::Tensor PagedKvCache::attend(size_t layer, const CacheStep& step, const at::T
   // itself, and a row's padding comes after its real tokens, so no real query sees it.
   const int64_t window = config_.layer_slides(static_cast<int64_t>(layer)) ? config_.sliding_window : 0;
   if (step.prefill) return areal::attend(config_, q, k, v, {}, /*causal=*/true, window);
+  if (!step.row_slots.empty()) return attend_appended(step, q, key_pool, value_pool, window);
   const double scale = config_.attention_scale > 0 ? config_.attention_scale : 1.0 / std::sqrt(double(dim));
   return paged_decode_attention(q, key_pool, value_pool, step.tables, step.lengths, step.longest, scale,
                                 config_.attn_logit_softcapping, window);

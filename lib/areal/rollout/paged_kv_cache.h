@@ -24,6 +24,10 @@ struct CacheStep {
   at::Tensor write_slots;     // [real tokens] pool slot (block * kBlockTokens + offset) of each
   at::Tensor real_tokens;     // [real tokens] index b * T + t of each in the step; undefined: all real
   bool prefill = false;       // the rows were empty: attention within the step's own tokens
+  // Several tokens appended to rows that hold some (an episode's next turn after its
+  // environment's message): per row, the slots of all its tokens after the step.
+  std::vector<at::Tensor> row_slots;
+  std::vector<int64_t> starts;  // each row's length before the step
   at::Tensor tables;          // decoding: [B, most blocks] the rows' block tables (int64)
   at::Tensor lengths;         // decoding: [B] the rows' lengths after the step (int64)
   int64_t longest = 0;        // the largest of them
@@ -47,8 +51,9 @@ class PagedKvCache {
   void keep_rows(const std::vector<int64_t>& keep);
 
   // A forward that appends counts[b] tokens to row rows[b] (its batch right-padded to
-  // `width` tokens): either a prefill of empty rows or one token per row (decoding).
-  // Takes the blocks the rows grow into.
+  // `width` tokens): a prefill of empty rows, one token per row (decoding), or several
+  // tokens to rows that hold some (an episode's environment message). Takes the blocks
+  // the rows grow into.
   CacheStep begin(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts, int64_t width);
   // Layer `layer`'s attention in `step`: stores k, v ([B, kv_heads, T, head_dim]) of the
   // real tokens and returns the attention of q ([B, heads, T, head_dim]).
@@ -56,6 +61,9 @@ class PagedKvCache {
                     const at::Tensor& v);
 
  private:
+  at::Tensor attend_appended(const CacheStep& step, const at::Tensor& q, const at::Tensor& key_pool,
+                             const at::Tensor& value_pool, int64_t window) const;
+
   at::Device device_;
   ModelConfig config_;                       // the attention's scale and soft-capping
   std::vector<at::Tensor> keys_, values_;    // per layer

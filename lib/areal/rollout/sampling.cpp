@@ -19,6 +19,7 @@ SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> s
   p.top_k = g.top_k;
   p.max_new_tokens = g.max_new_tokens;
   p.min_new_tokens = g.min_new_tokens;
+  p.max_tokens = g.max_tokens;
   p.stop_ids = std::move(stop_ids);
   for (int64_t id : g.stop_token_ids)
     if (std::find(p.stop_ids.begin(), p.stop_ids.end(), id) == p.stop_ids.end()) p.stop_ids.push_back(id);

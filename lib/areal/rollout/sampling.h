@@ -32,10 +32,14 @@ struct SamplingParams {
   int64_t max_new_tokens = 16;
   int64_t min_new_tokens = 0;
   std::vector<int64_t> stop_ids;  // end an answer (the stop token is kept in it)
-  // Also ends an answer when it returns true for the answer's tokens so far (called
-  // after each new token once min_new_tokens are out): gconfig.stop's stop strings
+  // Also ends an answer when it returns true for the answer's tokens so far, of which
+  // the current turn starts at `turn_start` (0 but in episodes), called after each new
+  // token once min_new_tokens are out: gconfig.stop's stop strings
   // (text/stop_strings.h). Every rank of a group decides alike from the same tokens.
-  std::function<bool(const std::vector<int64_t>& answer)> stop_check;
+  std::function<bool(const std::vector<int64_t>& answer, size_t turn_start)> stop_check;
+  // An answer (an episode: the prompt and every turn) ends, truncated, when it reaches
+  // this many tokens with its prompt (gconfig.max_tokens); 0: no limit.
+  int64_t max_tokens = 0;
   int64_t pad_id = 0;
   // Answers decoded at once (rows of the cache); a finished answer's row is refilled from
   // the waiting ones at once (continuous batching). 0: all of them at once.

@@ -201,6 +201,39 @@ std::vector<int64_t> prompt_tokens(const PromptTemplate& tmpl, const Tokenizer& 
   return ids;
 }
 
+std::vector<int64_t> message_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& role,
+                                    const std::string& content, bool closed) {
+  if (role != "user" && role != "tool")
+    throw std::runtime_error(cat("an environment message has role '", role, "' (user or tool)"));
+  if (tmpl.name == "none") return tokenizer.encode(content);
+  std::vector<int64_t> ids;
+  if (tmpl.name == "model") {
+    // AReaL's way (areal/workflow/multi_turn.py): the template's tokens after an
+    // assistant turn for the message and a generation prompt, cut from the rendering
+    // of [assistant, message] behind that of [assistant]; EOS first when the turn had
+    // no end (a stop string, max_new_tokens).
+    ordered_json messages = ordered_json::array({{{"role", "assistant"}, {"content", "some random message."}}});
+    const std::vector<int64_t> before = tokenizer.encode(render_model(tmpl, messages, false));
+    messages.push_back({{"role", role}, {"content", content}});
+    const std::vector<int64_t> after = tokenizer.encode(render_model(tmpl, messages, true));
+    if (after.size() <= before.size() || !std::equal(before.begin(), before.end(), after.begin()))
+      throw std::runtime_error(cat("the chat template renders a ", role, " message after an assistant turn by "
+                                   "changing the turn itself; its tokens cannot be appended to an episode"));
+    if (!closed) ids.push_back(tokenizer.eos_id());
+    ids.insert(ids.end(), after.begin() + static_cast<std::ptrdiff_t>(before.size()), after.end());
+    return ids;
+  }
+  std::string text;
+  if (tmpl.name == "qwen") {  // ChatML; a tool's reply as Qwen2.5's template writes one
+    const std::string body = role == "tool" ? cat("<tool_response>\n", content, "\n</tool_response>") : content;
+    text = cat(closed ? "" : "<|im_end|>", "\n<|im_start|>user\n", body, "<|im_end|>\n<|im_start|>assistant\n");
+  } else {  // llama3; a tool's reply under the ipython role, as Llama 3.1's template
+    text = cat(closed ? "" : "<|eot_id|>", "<|start_header_id|>", role == "tool" ? "ipython" : "user",
+               "<|end_header_id|>\n\n", content, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  }
+  return tokenizer.encode(text);
+}
+
 PromptAnswer prompt_answer_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& prompt,
                                   const std::string& answer, const std::string& messages_json) {
   PromptAnswer out;

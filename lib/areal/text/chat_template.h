@@ -65,6 +65,16 @@ std::string prompt_text(const PromptTemplate& tmpl, const Tokenizer& tokenizer, 
 std::vector<int64_t> prompt_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& prompt,
                                    const std::string& messages_json = "");
 
+// An episode's environment message (role user or tool) as tokens that follow the
+// model's turn: the message as the template writes it after an assistant turn, then the
+// next assistant turn's start. `closed`: the turn ended with an end-of-turn token; if
+// not, one comes first (AReaL adds EOS). The model's template: the tokens its rendering
+// of [assistant, message] + generation prompt has past that of [assistant], as AReaL's
+// multi-turn workflow cuts them; none: the content's tokens only. Throws
+// std::runtime_error for another role or a template that rewrites the turn.
+std::vector<int64_t> message_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& role,
+                                    const std::string& content, bool closed);
+
 // A supervised example: the prompt and its answer as one sequence, and where the answer
 // starts. With the model's template the answer is the assistant's turn as the template
 // writes it (its end-of-turn tokens included); otherwise the answer's tokens follow the

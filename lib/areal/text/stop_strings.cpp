@@ -22,11 +22,11 @@ StopStrings::StopStrings(std::vector<std::string> stops, const Tokenizer& tokeni
   }
 }
 
-bool StopStrings::completed_by_last_token(const std::vector<int64_t>& answer) const {
-  if (stops_.empty() || answer.empty()) return false;
+bool StopStrings::completed_by_last_token(const std::vector<int64_t>& answer, size_t begin) const {
+  if (stops_.empty() || answer.size() <= begin) return false;
   // A stop string that ends in the last token starts at most window_ - 1 tokens before
   // it, since every token decodes to at least one byte.
-  const size_t first = answer.size() > window_ ? answer.size() - window_ : 0;
+  const size_t first = std::max(begin, answer.size() > window_ ? answer.size() - window_ : 0);
   const std::string text = tokenizer_.decode({answer.begin() + static_cast<std::ptrdiff_t>(first), answer.end()});
   const std::string before =
       tokenizer_.decode({answer.begin() + static_cast<std::ptrdiff_t>(first), answer.end() - 1});

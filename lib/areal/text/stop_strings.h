@@ -20,8 +20,9 @@ class StopStrings {
   // Whether the answer's text, up to and including its last token, holds a stop string
   // that the text without the last token did not: called after each new token, it
   // fires at the token that completes the first stop string. Decodes only the last
-  // tokens (as many as the longest stop string has bytes: every token has at least one).
-  bool completed_by_last_token(const std::vector<int64_t>& answer) const;
+  // tokens (as many as the longest stop string has bytes: every token has at least one),
+  // none before `begin` (an episode's current turn: earlier turns' text does not count).
+  bool completed_by_last_token(const std::vector<int64_t>& answer, size_t begin = 0) const;
 
  private:
   std::vector<std::string> stops_;

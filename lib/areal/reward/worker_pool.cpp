@@ -1,4 +1,4 @@
-#include "areal/reward/reward_workers.h"
+#include "areal/reward/worker_pool.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -29,16 +29,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The number on a reply line, or nothing for anything else.
-bool parse_reward(const std::string& line, double& value) {
-  const std::string text = trim(line);
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  value = std::strtod(text.c_str(), &end);
-  return errno == 0 && end == text.c_str() + text.size() && std::isfinite(value);
-}
-
 // Writes all of `data`; false when the worker is gone. MSG_NOSIGNAL: a dead worker
 // gives EPIPE here, not a SIGPIPE that would end the job.
 bool send_all(int fd, const std::string& data) {
@@ -54,12 +44,17 @@ bool send_all(int fd, const std::string& data) {
 
 }  // namespace
 
-RewardWorkers::RewardWorkers(std::string command, int64_t workers, double timeout_seconds)
-    : command_(std::move(command)), timeout_seconds_(timeout_seconds), workers_(static_cast<size_t>(workers)) {
+WorkerPool::WorkerPool(std::string what, std::string command, int64_t workers, double timeout_seconds,
+                       std::function<bool(const std::string&)> valid)
+    : what_(std::move(what)),
+      command_(std::move(command)),
+      timeout_seconds_(timeout_seconds),
+      valid_(std::move(valid)),
+      workers_(static_cast<size_t>(workers)) {
   for (Worker& w : workers_) start(w);
 }
 
-RewardWorkers::~RewardWorkers() {
+WorkerPool::~WorkerPool() {
   for (Worker& w : workers_) {
     if (w.fd >= 0) ::shutdown(w.fd, SHUT_WR);  // end of input: a well-behaved worker exits
   }
@@ -78,7 +73,7 @@ RewardWorkers::~RewardWorkers() {
   }
 }
 
-void RewardWorkers::check_running(double seconds) {
+void WorkerPool::check_running(double seconds) {
   const double end = now_seconds() + seconds;
   do {
     for (Worker& w : workers_) {
@@ -87,18 +82,18 @@ void RewardWorkers::check_running(double seconds) {
         w.pid = -1;
         const std::string how = WIFEXITED(status) ? cat("exited with status ", WEXITSTATUS(status))
                                                   : cat("was killed by signal ", WTERMSIG(status));
-        throw std::runtime_error(cat("reward command '", command_, "' ", how, " right after it started, before "
-                                     "reading an answer (its error output is above)"));
+        throw std::runtime_error(cat(what_, " '", command_, "' ", how, " right after it started, before "
+                                     "reading a request (its error output is above)"));
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (now_seconds() < end);
 }
 
-void RewardWorkers::start(Worker& w) {
+void WorkerPool::start(Worker& w) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-    throw std::runtime_error(cat("reward command: socketpair failed: ", std::strerror(errno)));
+    throw std::runtime_error(cat(what_, ": socketpair failed: ", std::strerror(errno)));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pair[1], STDIN_FILENO);   // dup2 clears CLOEXEC on the copy
@@ -125,15 +120,15 @@ void RewardWorkers::start(Worker& w) {
   ::close(pair[1]);
   if (rc != 0) {
     ::close(pair[0]);
-    throw std::runtime_error(cat("reward command '", command_, "' could not be started: ", std::strerror(rc)));
+    throw std::runtime_error(cat(what_, " '", command_, "' could not be started: ", std::strerror(rc)));
   }
   w.pid = pid;
   w.fd = pair[0];
   w.pending.clear();
-  w.request = -1;
+  w.working = false;
 }
 
-void RewardWorkers::stop(Worker& w) {
+void WorkerPool::stop(Worker& w) {
   if (w.fd >= 0) ::close(w.fd);
   w.fd = -1;
   if (w.pid > 0) {
@@ -143,80 +138,99 @@ void RewardWorkers::stop(Worker& w) {
   w.pid = -1;
 }
 
-// The worker's current request scores 0; the worker is replaced.
-void RewardWorkers::fail(Worker& w, const std::string& why, std::vector<double>& results, int64_t& failures) {
+void WorkerPool::fail(Worker& w, const std::string& why, std::vector<Reply>& out) {
   if (!warned_) {
-    log::warn(cat("reward command '", command_, "': ", why, "; the answer scores 0 and the worker is restarted "
-                  "(further failures are counted in the stats)"));
+    log::warn(cat(what_, " '", command_, "': ", why, "; the call fails and the worker is restarted (further "
+                  "failures are counted in the stats)"));
     warned_ = true;
   }
-  results[static_cast<size_t>(w.request)] = 0.0;
-  ++failures;
+  out.push_back({w.tag, std::nullopt, now_seconds() - w.submitted});
+  --busy_;
   stop(w);
   start(w);
   ++restarts_;
 }
 
-std::vector<double> RewardWorkers::score(const std::vector<std::string>& requests, int64_t& failures) {
-  std::vector<double> results(requests.size(), 0.0);
-  std::deque<int64_t> waiting;
-  for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(static_cast<int64_t>(i));
-  size_t busy = 0;
-  while (!waiting.empty() || busy > 0) {
-    for (Worker& w : workers_) {  // hand out work
-      if (w.request >= 0 || waiting.empty()) continue;
-      w.request = waiting.front();
-      waiting.pop_front();
-      w.deadline = now_seconds() + timeout_seconds_;
-      ++busy;
-      if (!send_all(w.fd, requests[static_cast<size_t>(w.request)] + "\n")) {
-        fail(w, "the worker exited before it read a request", results, failures);
-        --busy;
-      }
-    }
+void WorkerPool::submit(int64_t tag, std::string request) {
+  queue_.push_back({tag, std::move(request), now_seconds()});
+}
+
+void WorkerPool::hand_out(std::vector<Reply>& out) {
+  for (Worker& w : workers_) {
+    if (w.working || queue_.empty()) continue;
+    Request r = std::move(queue_.front());
+    queue_.pop_front();
+    w.tag = r.tag;
+    w.working = true;
+    w.submitted = r.submitted;
+    w.deadline = now_seconds() + timeout_seconds_;
+    ++busy_;
+    if (!send_all(w.fd, r.line + "\n")) fail(w, "the worker exited before it read a request", out);
+  }
+}
+
+std::vector<WorkerPool::Reply> WorkerPool::poll(double wait_seconds) {
+  std::vector<Reply> out;
+  const double wait_end = now_seconds() + std::max(0.0, wait_seconds);
+  for (;;) {
+    hand_out(out);
     std::vector<pollfd> fds;
     std::vector<Worker*> owners;
-    double next_deadline = now_seconds() + timeout_seconds_;
+    double next_deadline = wait_end;
     for (Worker& w : workers_) {
-      if (w.request < 0) continue;
+      if (!w.working) continue;
       fds.push_back({w.fd, POLLIN, 0});
       owners.push_back(&w);
       next_deadline = std::min(next_deadline, w.deadline);
     }
-    if (fds.empty()) continue;
-    const int wait_ms = std::max(0, static_cast<int>((next_deadline - now_seconds()) * 1000) + 1);
+    if (fds.empty()) return out;
+    // Wait only while nothing came back and the caller's wait lasts.
+    const double until = out.empty() ? next_deadline : now_seconds();
+    const int wait_ms = std::max(0, static_cast<int>((until - now_seconds()) * 1000) + (out.empty() ? 1 : 0));
     const int ready = ::poll(fds.data(), fds.size(), wait_ms);
-    if (ready < 0 && errno != EINTR) throw std::runtime_error(cat("reward command: poll failed: ", std::strerror(errno)));
+    if (ready < 0 && errno != EINTR) throw std::runtime_error(cat(what_, ": poll failed: ", std::strerror(errno)));
+    const size_t before = out.size();
     for (size_t k = 0; k < fds.size(); ++k) {
       Worker& w = *owners[k];
       if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) {
-        char buffer[4096];
+        char buffer[65536];
         const ssize_t n = ::recv(w.fd, buffer, sizeof buffer, 0);
         if (n <= 0) {
-          fail(w, "the worker exited without answering", results, failures);
-          --busy;
+          fail(w, "the worker exited without answering", out);
           continue;
         }
         w.pending.append(buffer, static_cast<size_t>(n));
         const size_t newline = w.pending.find('\n');
         if (newline == std::string::npos) continue;
-        const std::string line = w.pending.substr(0, newline);
+        std::string line = w.pending.substr(0, newline);
         w.pending.erase(0, newline + 1);
-        double value = 0;
-        if (!parse_reward(line, value) || !w.pending.empty()) {
-          fail(w, cat("the reply '", line.substr(0, 80), "' is not one number per line"), results, failures);
+        if (!w.pending.empty() || !valid_(line)) {
+          fail(w, cat("the reply '", line.substr(0, 80), "' is not one valid line per request"), out);
         } else {
-          results[static_cast<size_t>(w.request)] = value;
-          w.request = -1;
+          out.push_back({w.tag, std::move(line), now_seconds() - w.submitted});
+          w.working = false;
+          --busy_;
         }
-        --busy;
       } else if (now_seconds() >= w.deadline) {
-        fail(w, cat("no reply within reward_timeout = ", format_fixed(timeout_seconds_, 1), " s"), results, failures);
-        --busy;
+        fail(w, cat("no reply within ", format_fixed(timeout_seconds_, 1), " s (the timeout)"), out);
       }
     }
+    if (out.size() > before) hand_out(out);  // freed workers take the queue's next requests
+    if (!out.empty() || now_seconds() >= wait_end) return out;
   }
-  return results;
+}
+
+std::vector<std::optional<std::string>> WorkerPool::call_all(const std::vector<std::string>& requests) {
+  for (size_t i = 0; i < requests.size(); ++i) submit(static_cast<int64_t>(i), requests[i]);
+  std::vector<std::optional<std::string>> replies(requests.size());
+  size_t received = 0;
+  while (received < requests.size()) {
+    for (Reply& r : poll(timeout_seconds_)) {
+      replies[static_cast<size_t>(r.tag)] = std::move(r.line);
+      ++received;
+    }
+  }
+  return replies;
 }
 
 }  // namespace areal
