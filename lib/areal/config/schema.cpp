@@ -199,12 +199,6 @@ std::vector<OptionSpec> declare_options() {
       OPTION(export_style).doc("How an episode is trained (AReaL's name): `concat`, as one sequence whose "
                                "environment tokens have loss mask 0.")
           .choices({"concat"}),
-      OPTION(agent_run_args.max_turns).doc("Model turns per episode, at most (AReaL's multi-turn example's "
-                                           "name). 1 with no env: one answer per sample, as in single-turn RL.")
-          .at_least(1),
-      OPTION(agent_run_args.turn_discount).doc("An episode's reward is multiplied by turn_discount^(turns - 1) "
-                                               "(AReaL's multi-turn meaning; its example script uses 0.9).")
-          .range(0, 1),
       OPTION(init_from_scratch).doc("Initialize weights from `seed` instead of loading `model_path`."),
       OPTION(allocation_mode)
           .doc("Deprecated (AReaL's older spelling of `rollout.backend` + `actor.backend`): `static` (every "
@@ -423,6 +417,12 @@ std::vector<OptionSpec> declare_options() {
       OPTION(gconfig.stop).doc("Stop strings: an answer ends at the token that completes one of them in its "
                                "decoded text, across token boundaries; the string stays in the answer, as in "
                                "AReaL. Not empty strings; `null`: none."),
+      OPTION(agent_run_args.max_turns).doc("Model turns per episode, at most (AReaL's multi-turn example's "
+                                           "name). 1 with no env: one answer per sample, as in single-turn RL.")
+          .at_least(1),
+      OPTION(agent_run_args.turn_discount).doc("An episode's reward is multiplied by turn_discount^(turns - 1) "
+                                               "(AReaL's multi-turn meaning; its example script uses 0.9).")
+          .range(0, 1),
 
       // ---- data ----
       OPTION(train_dataset.path).doc("Training data: a .parquet, .arrow or .jsonl file, a folder as Hugging Face "
