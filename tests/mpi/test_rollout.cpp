@@ -9,6 +9,10 @@
 
 #include "areal/fsdp/staged_init.h"
 #include "areal/model/hf_weights.h"
+#include "areal/reward/environment.h"
+#include "areal/rl/episodes.h"
+#include "areal/text/chat_template.h"
+#include "areal/text/tokenizer.h"
 #include "areal/rollout/generation.h"
 #include "areal/rollout/rollout_model.h"
 #include "mpi_fixture.h"
@@ -177,6 +181,97 @@ TEST_CASE("rollout: sampling over vocabulary slices picks the tokens and log-pro
       for (size_t s = 0; s < want.size(); ++s) {
         REQUIRE(got[s].tokens == want[s].tokens);
         for (int64_t r = 0; r < rows; ++r) CHECK(std::abs(got[s].logprobs[r] - want[s].logprobs[r]) < 1e-5);
+      }
+    }
+  }
+}
+
+namespace {
+
+// A deterministic environment: after turn 0 a tool message that depends on the turn's
+// text, after turn 1 the end with a reward that does too.
+class EchoEnvironment : public Environment {
+ public:
+  void submit(EnvTurn turn) override { pending_.push_back(std::move(turn)); }
+  std::vector<EnvReply> poll(double) override {
+    std::vector<EnvReply> out;
+    for (const EnvTurn& t : pending_) {
+      EnvReply& r = out.emplace_back();
+      r.episode = t.episode;
+      r.done = t.turn >= 1;
+      r.reward = static_cast<double>(t.last.size() % 7) / 7.0;
+      r.role = "tool";
+      r.message = "got " + std::to_string(t.last.size());
+    }
+    pending_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<EnvTurn> pending_;
+};
+
+}  // namespace
+
+TEST_CASE("rollout: episodes at t = 2 and 4 equal the whole model's, the environment on each group's first rank",
+          "[mpi][rollout][episodes]") {
+  // The group's first rank alone asks the environment and broadcasts its decisions; the
+  // other ranks append the same tokens at the same steps, so every rank of every group
+  // ends with the whole model's episodes (sampled, with two rows refilled across turns).
+  const std::string path = kFixtures + "/tiny_chat";
+  auto whole = load_causal_lm(path, at::kFloat);
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(path + "/tokenizer.json", path);
+  const PromptTemplate tmpl = prompt_template("qwen", *tokenizer, path);
+  std::vector<Prompt> prompts(4);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    prompts[i].example.prompt = "Question " + std::to_string(i) + ": what is " + std::to_string(7 * i) + "?";
+    prompts[i].ids = prompt_tokens(tmpl, *tokenizer, prompts[i].example.prompt);
+  }
+  std::vector<std::vector<int64_t>> ids;
+  for (const Prompt& p : prompts) ids.push_back(p.ids);
+  SamplingParams sampled;
+  sampled.max_new_tokens = 6;
+  sampled.stop_ids = tmpl.stop_ids;
+  sampled.temperature = 0.8;
+  sampled.max_tokens = 200;
+  const EpisodeSettings settings{3, 0.5, 200};
+  auto run = [&](RolloutModel& model, Communicator* group, bool leader, int64_t rows) {
+    EchoEnvironment env;
+    EpisodeRunner runner(leader ? &env : nullptr, group, *tokenizer, tmpl, tmpl.stop_ids, settings);
+    std::vector<at::Generator> generators;
+    for (int64_t i = 0; i < 4; ++i) generators.push_back(answer_generator(3, 0, i, 0));
+    SamplingParams p = sampled;
+    p.max_rows = rows;
+    std::vector<Generated> out =
+        generate(model, ids, p, generators, nullptr, {}, runner.hooks([&](int64_t id) { return &prompts[id]; }));
+    for (size_t i = 0; i < out.size(); ++i) runner.complete(static_cast<int64_t>(i), out[i]);
+    return out;
+  };
+  RolloutModel reference_model(*whole);
+  const std::vector<Generated> want = run(reference_model, nullptr, true, 0);
+  for (const Generated& e : want) CHECK(e.turns == 2);  // every episode had a tool message
+
+  Config cfg;
+  cfg.model_path = path;
+  cfg.fsdp.memory_efficient_load = true;
+  cfg.device = "cpu";
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  Policy sharded(cfg, *init.model, *g_comm);
+  for (int64_t t : {1, 2, 4}) {
+    if (g_me.world_size % t != 0) continue;
+    std::unique_ptr<Communicator> group = t > 1 ? g_comm->split(g_me.rank / t, g_me.rank % t) : nullptr;
+    RolloutModel policy(sharded, group.get(), at::kFloat, at::Device("cpu"));
+    for (int64_t rows : {0, 2}) {
+      INFO("t = " << t << ", rows " << rows);
+      const std::vector<Generated> got = run(policy, group.get(), g_me.rank % t == 0, rows);
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("episode " << i);
+        REQUIRE(got[i].tokens == want[i].tokens);
+        CHECK(got[i].model_tokens == want[i].model_tokens);
+        CHECK(got[i].turns == want[i].turns);
+        CHECK(got[i].tool_messages == want[i].tool_messages);
+        CHECK(got[i].reward == want[i].reward);
+        for (size_t k = 0; k < got[i].logprobs.size(); ++k) CHECK(std::abs(got[i].logprobs[k] - want[i].logprobs[k]) < 1e-5);
       }
     }
   }
