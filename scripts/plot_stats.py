@@ -2,7 +2,8 @@
 
     plot_stats.py RUN_DIR/stats.jsonl OUT.png [--title TEXT]
 
-Top: the training reward mean (and the sampled answers' accuracy) per step.
+Top: the training reward mean (and, for episodes with a tool, the tool calls per
+episode) per step.
 Bottom: the held-out greedy accuracy at each evaluation. Prints the held-out
 accuracy before and after, one line each, for scripts to read.
 """
@@ -28,6 +29,8 @@ def main():
     if train:
         steps = [r["step"] for r in train]
         top.plot(steps, [r["reward_mean"] for r in train], lw=0.8, label="reward mean (sampled answers)")
+        if "tool_calls_mean" in train[0]:  # episodes with a tool (docs/agentic.md)
+            top.plot(steps, [r["tool_calls_mean"] for r in train], lw=0.8, label="tool calls per episode")
         top.set_ylabel("reward")
         top.set_ylim(-0.05, 1.05)
         top.grid(alpha=0.3)
@@ -46,6 +49,9 @@ def main():
     if evals:
         print(f"held-out greedy accuracy before: {100 * evals[0]['eval_accuracy']:.1f}%")
         print(f"held-out greedy accuracy after: {100 * evals[-1]['eval_accuracy']:.1f}%")
+    if train and "tool_calls_mean" in train[0]:
+        print(f"tool calls per episode (sampled): {train[0]['tool_calls_mean']:.2f} at step 1, "
+              f"{train[-1]['tool_calls_mean']:.2f} at step {train[-1]['step']}")
     print(f"plot written to {args.out}")
 
 

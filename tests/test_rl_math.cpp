@@ -57,6 +57,16 @@ TEST_CASE("rl: token advantages put the score on the last answer token, then dis
   }
 }
 
+TEST_CASE("rl: an episode's environment tokens pass its return to the turns before them", "[rl][advantages][episodes]") {
+  // Turn 1 at positions 1, 2; the environment's message at 3, 4 (mask 0); turn 2 at 5, 6.
+  // Every turn earns the episode's score (the tool call in turn 1 included), and a
+  // discount counts the model's tokens only.
+  at::Tensor mask = t2({0, 1, 1, 0, 0, 1, 1, 0}, 8);
+  at::Tensor scores = t({2.0f});
+  CHECK(close(token_advantages(scores, {}, mask, 0, 1, 1), t2({0, 2, 2, 0, 0, 2, 2, 0}, 8)));
+  CHECK(close(token_advantages(scores, {}, mask, 0, 0.5, 1), t2({0, 0.25f, 0.5f, 0, 0, 1, 2, 0}, 8)));
+}
+
 TEST_CASE("rl: advantage normalization by group and batch, leave-one-out, unbiased std", "[rl][advantages]") {
   // 4 answers of one token each, groups of 2: values 1, 0 | 1, 1.
   at::Tensor mask = at::ones({4, 1});

@@ -222,3 +222,32 @@ TEST_CASE("built-in arithmetic task: fixed disjoint splits, true sums, and the s
   CHECK(forgotten == Approx(0.6 * carries).epsilon(0.05));
   CHECK_THROWS_WITH(builtin_task("builtin:nope"), Contains("unknown built-in dataset 'builtin:nope'"));
 }
+
+TEST_CASE("built-in multiplication task: true products, disjoint splits, and the tool teacher's two habits") {
+  const auto train = builtin_task("builtin:multiplication/train"), test = builtin_task("builtin:multiplication/test");
+  const auto teacher = builtin_task("builtin:multiplication/tool_teacher");
+  REQUIRE(train.size() == 10000);
+  REQUIRE(test.size() == 500);
+  REQUIRE(teacher.size() == train.size());
+  std::set<std::string> train_prompts;
+  for (const auto& e : train) {
+    const int a = std::stoi(e.prompt.substr(0, 3)), b = std::stoi(e.prompt.substr(4, 3));
+    CHECK(e.prompt == std::to_string(a) + "*" + std::to_string(b) + "=");
+    CHECK(e.answer == std::to_string(a * b));
+    train_prompts.insert(e.prompt);
+  }
+  CHECK(train_prompts.size() == train.size());  // no problem twice
+  for (const auto& e : test) CHECK(train_prompts.count(e.prompt) == 0);  // held out
+  int calls = 0;
+  for (size_t i = 0; i < train.size(); ++i) {
+    const std::string call = train[i].prompt.substr(0, 7);
+    if (teacher[i].answer.rfind("<calc>", 0) == 0) {
+      ++calls;
+      CHECK(teacher[i].answer == "<calc>" + call + "</calc>" + train[i].answer + "\n" + train[i].answer);
+    } else {
+      CHECK(teacher[i].answer != train[i].answer);  // a guess: wrong
+      CHECK(teacher[i].answer.substr(0, 2) == train[i].answer.substr(0, 2));  // with the right leading digits
+    }
+  }
+  CHECK(calls == Approx(0.2 * 10000).epsilon(0.1));
+}

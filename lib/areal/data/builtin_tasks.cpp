@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
@@ -45,6 +46,45 @@ std::vector<PromptExample> sloppy_teacher() {
   return examples;
 }
 
+// Three-digit multiplication ("123*456="), too hard for the tiny model in its head and
+// easy with the calculator (docs/agentic.md, the tool-use demo). Fixed split, like
+// arithmetic's.
+std::vector<PromptExample> multiplication(bool test_split) {
+  std::vector<PromptExample> all;
+  std::set<std::pair<int, int>> drawn;  // no problem twice: the splits are disjoint
+  std::mt19937_64 rng(20261203);
+  std::uniform_int_distribution<int> operand(100, 999);
+  while (all.size() < 10500) {
+    const int a = operand(rng), b = operand(rng);
+    if (!drawn.insert({a, b}).second) continue;
+    all.push_back({cat(a, "*", b, "="), cat(a * b), ""});
+  }
+  if (test_split) return {all.begin(), all.begin() + kArithmeticTestSize};
+  return {all.begin() + kArithmeticTestSize, all.end()};
+}
+
+// The train split as a teacher who mostly multiplies in its head (80%, seeded: a wrong
+// product with the right leading digits) and sometimes calls the calculator, writing
+// "<calc>a*b</calc>", the tool's value, then the answer on a line of its own.
+std::vector<PromptExample> tool_teacher() {
+  std::vector<PromptExample> examples = multiplication(false);
+  std::mt19937_64 rng(11);
+  std::bernoulli_distribution in_head(0.8);
+  std::uniform_int_distribution<int> slip(1, 99);
+  for (auto& e : examples) {
+    const std::string call = e.prompt.substr(0, e.prompt.size() - 1);
+    if (in_head(rng)) {
+      const int product = std::stoi(e.answer);
+      int last = slip(rng);
+      if (last == product % 100) last = last % 99 + 1;  // a guess is never right
+      e.answer = cat(product / 100 * 100 + last);
+    } else {
+      e.answer = cat("<calc>", call, "</calc>", e.answer, "\n", e.answer);
+    }
+  }
+  return examples;
+}
+
 }  // namespace
 
 bool is_builtin_task(const std::string& path) { return starts_with(path, "builtin:"); }
@@ -53,9 +93,13 @@ std::vector<PromptExample> builtin_task(const std::string& path) {
   if (path == "builtin:arithmetic/train") return arithmetic(false);
   if (path == "builtin:arithmetic/test") return arithmetic(true);
   if (path == "builtin:arithmetic/sloppy_teacher") return sloppy_teacher();
+  if (path == "builtin:multiplication/train") return multiplication(false);
+  if (path == "builtin:multiplication/test") return multiplication(true);
+  if (path == "builtin:multiplication/tool_teacher") return tool_teacher();
   throw ConfigError(cat("unknown built-in dataset '", path,
                         "' (known: builtin:arithmetic/train, builtin:arithmetic/test, "
-                        "builtin:arithmetic/sloppy_teacher)"));
+                        "builtin:arithmetic/sloppy_teacher, builtin:multiplication/train, "
+                        "builtin:multiplication/test, builtin:multiplication/tool_teacher)"));
 }
 
 }  // namespace areal

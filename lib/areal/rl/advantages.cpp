@@ -55,9 +55,13 @@ at::Tensor token_advantages(const at::Tensor& scores, const at::Tensor& kl, cons
   at::Tensor advantages = at::zeros_like(rewards);
   at::Tensor running = at::zeros({rewards.size(0)}, rewards.options());
   const double decay = discount * gae_lambda;
+  // Masked positions carry the return past them unchanged: an episode's environment
+  // tokens sit between its turns, and every turn earns the episode's reward (a reset
+  // there gave the first turns, the tool call among them, no advantage at all).
   for (int64_t t = rewards.size(1) - 1; t >= 0; --t) {
-    running = rewards.select(1, t) + decay * running * m.select(1, t);
-    advantages.select(1, t).copy_(running * m.select(1, t));
+    const at::Tensor model = m.select(1, t);
+    running = at::where(model > 0, rewards.select(1, t) + decay * running, running);
+    advantages.select(1, t).copy_(running * model);
   }
   return advantages;
 }

@@ -193,11 +193,14 @@ double ColocatedRollout::evaluate(const char* when) {
     }
   const EvalCounts counts = greedy_eval(slices, data, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
                                         cfg_.valid_dataset.batch_size, episodes_ ? &*episodes_ : nullptr);
-  at::Tensor totals = at::tensor({counts.correct, counts.scored}, at::kDouble);
+  at::Tensor totals = at::tensor({counts.correct, counts.scored, counts.tool_calls}, at::kDouble);
   comm_.all_reduce(totals, ReduceOp::Sum);
   const double accuracy = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+  const std::string tools = episodes_ ? cat(", ", format_fixed(totals[2].item<double>() / std::max(1.0, totals[1].item<double>()), 2),
+                                            " tool calls per episode")
+                                      : "";
   log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", data.size(),
-                " held-out prompts (", format_fixed(seconds_since(start), 1), " s)"));
+                " held-out prompts", tools, " (", format_fixed(seconds_since(start), 1), " s)"));
   return accuracy;
 }
 

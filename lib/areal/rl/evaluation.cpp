@@ -24,6 +24,7 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
         if (!mine[k]) continue;
         counts.correct += answers[k - begin].reward > 0;
         counts.scored += 1;
+        counts.tool_calls += static_cast<double>(answers[k - begin].tool_messages);
       }
       continue;
     }

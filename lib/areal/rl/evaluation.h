@@ -14,6 +14,7 @@ namespace areal {
 
 struct EvalCounts {
   double correct = 0, scored = 0;
+  double tool_calls = 0;  // episodes: tool messages over the scored episodes
 };
 
 // Greedy answers to the prompts `items` of `data` on `model` (collective over its
