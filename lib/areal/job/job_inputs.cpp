@@ -63,11 +63,11 @@ size_t smallest_batch(const EpochSpec& spec) {
   return smallest;
 }
 
-// Multi-turn episodes: the context an episode may fill, the template's message tokens
-// checked now, the memory of rows that hold whole episodes, and the environment on
-// the first rank of each generation group (it decides for the group).
-void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& model, const Allocation& allocation,
-                      bool generates, RlInputs& in) {
+// Multi-turn episodes: the context an episode may fill (gconfig.max_tokens, at most the
+// model's positions), the template's message tokens checked now, and the environment on
+// the first rank of each generation group of `t` (it decides for the group).
+void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& model, int64_t t, bool generates,
+                      RlInputs& in) {
   int64_t context = cfg.gconfig.max_tokens;
   if (model.max_position_embeddings > 0 && model.rope_scaling.type != "dynamic")
     context = std::min(context, model.max_position_embeddings);
@@ -82,19 +82,7 @@ void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& 
   } catch (const std::runtime_error& e) {
     throw ConfigError(cat("option 'chat_template': ", e.what()));
   }
-  const int64_t t = allocation.separate ? allocation.rollout.tensor : allocation.tensor_parallel();
-  if (generates) {
-    const RolloutConfig& rc = cfg.rollout;
-    const int64_t rows = allocation.separate
-                             ? ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : cfg.train_dataset.batch_size) +
-                                allocation.rollout.data - 1) / allocation.rollout.data * cfg.gconfig.n_samples
-                             : t * ((cfg.train_dataset.batch_size + me.world_size - 1) / me.world_size) *
-                                   cfg.gconfig.n_samples;
-    check_rollout_memory(model, model.num_parameters(), dtype_from_name(cfg.actor.dtype),
-                         in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows, longest,
-                         context - longest, t, at::Device(me.device));
-    if (me.rank % t == 0) in.env = make_environment(cfg.env, *in.reward, cfg.env_workers, cfg.env_timeout);
-  }
+  if (generates && me.rank % t == 0) in.env = make_environment(cfg.env, *in.reward, cfg.env_workers, cfg.env_timeout);
 }
 
 RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
@@ -172,8 +160,12 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   const int64_t t = allocation.tensor_parallel();
   check_tensor_parallel(model, t);
 
+  if (in.episodic) prepare_episodes(cfg, me, model, t, generates, in);
+
   // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
   // bound for every step, known now. A generation group generates its t ranks' answers together.
+  // An episode's row holds its prompt and every turn, up to gconfig.max_tokens.
+  auto answer_room = [&](int64_t longest) { return in.episodic ? in.sampling.max_tokens - longest : in.sampling.max_new_tokens; };
   const at::Device device(me.device);
   const at::ScalarType dtype = dtype_from_name(actor.dtype);
   // At most rollout.max_running_requests answers at once.
@@ -187,11 +179,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
       allocation.rollout.data * cfg.gconfig.n_samples;
   if (generates)
     check_rollout_memory(model, model.num_parameters(), dtype, at_once(allocation.separate ? per_replica : t * per_rank),
-                         longest_prompt(*in.train), in.sampling.max_new_tokens, t, device);
+                         longest_prompt(*in.train), answer_room(longest_prompt(*in.train)), t, device);
   if (in.valid && generates)
     check_rollout_memory(model, model.num_parameters(), dtype, at_once(cfg.valid_dataset.batch_size),
-                         longest_prompt(*in.valid), in.sampling.max_new_tokens, t, device);
-  if (in.episodic) prepare_episodes(cfg, me, model, allocation, generates, in);
+                         longest_prompt(*in.valid), answer_room(longest_prompt(*in.valid)), t, device);
   return in;
 }
 

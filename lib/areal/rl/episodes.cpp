@@ -53,15 +53,16 @@ EpisodeHooks EpisodeRunner::hooks(std::function<const Prompt*(int64_t id)> promp
 void EpisodeRunner::turn_ended(int64_t id, const Generated& episode) {
   State& st = states_[id];
   const Prompt& prompt = *prompt_of_(id);
-  const std::vector<int64_t> turn(episode.tokens.begin() + st.turn_start, episode.tokens.end());
-  const std::string text = tokenizer_.decode(turn);
   ++st.turns;
   st.length = static_cast<int64_t>(prompt.ids.size() + episode.tokens.size());
-  st.closed = !turn.empty() && std::find(stop_ids_.begin(), stop_ids_.end(), turn.back()) != stop_ids_.end();
+  st.closed = static_cast<int64_t>(episode.tokens.size()) > st.turn_start &&
+              std::find(stop_ids_.begin(), stop_ids_.end(), episode.tokens.back()) != stop_ids_.end();
   // No further turn: the last allowed, or no room for a message and a token after it.
   st.final = st.turns >= settings_.max_turns || st.length + 2 > settings_.context;
+  if (!env_) return;  // the group's other ranks follow the first rank's decisions
+  const std::string text =
+      tokenizer_.decode({episode.tokens.begin() + st.turn_start, episode.tokens.end()});
   st.messages.push_back(message_json("assistant", text));
-  if (!env_) return;
   EnvTurn t;
   t.episode = id;
   t.example = &prompt.example;
@@ -153,7 +154,7 @@ std::vector<TurnReply> EpisodeRunner::replies(bool wait) {
       st.reward = d.reward;
       st.end = d.how;
     } else {
-      st.messages.push_back(message_json(d.role, d.content));
+      if (env_) st.messages.push_back(message_json(d.role, d.content));
       st.tool_messages += d.role == "tool";
       st.turn_start = st.length - static_cast<int64_t>(prompt_of_(d.id)->ids.size()) +
                       static_cast<int64_t>(d.tokens.size());

@@ -47,7 +47,7 @@ class EpisodeRunner {
 
  private:
   struct State {
-    std::vector<std::string> messages;  // after the prompt: {"role", "content"} objects, as JSON
+    std::vector<std::string> messages;  // after the prompt, as JSON objects (the first rank's only)
     int64_t turn_start = 0;             // where the model's current turn starts in the tokens
     int64_t length = 0;                 // prompt + tokens when the turn ended
     bool final = false, closed = false;
