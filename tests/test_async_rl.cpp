@@ -335,3 +335,22 @@ TEST_CASE("async rl: episodes with eta = 0 give the synchronous run's steps", "[
   }
   fs::remove_all(root);
 }
+
+TEST_CASE("rl: env_timeout and env_workers through the binary: an environment too slow fails every episode, counted",
+          "[binary][mpi][episodes][waits]") {
+  // One worker per rank that answers after 2 s, a timeout of 0.3 s: every episode ends
+  // with reward 0 at its first turn and is counted in env_failures; the run goes on.
+  const fs::path root = fresh_dir("env_timeout");
+  Result r = smoke(2, root, 1,
+                   " 'env=command:while read l; do sleep 2; echo {\\\"done\\\":true,\\\"reward\\\":1}; done'"
+                   " env_workers=1 env_timeout=0.3 agent_run_args.max_turns=2 valid_dataset.path=");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("no reply within 0.3 s"));
+  const std::vector<json> rows = step_rows(root);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["env_failures"].get<double>() == rows[0]["prompts"].get<double>() * 2);  // n_samples 2
+  CHECK(rows[0]["reward_mean"].get<double>() == 0.0);
+  CHECK(rows[0]["turns_mean"].get<double>() == 1.0);
+  fs::remove_all(root);
+}

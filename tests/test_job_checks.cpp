@@ -81,6 +81,11 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
                                            "train_dataset.path=" + three_rows.string() + " train_dataset.batch_size=2",
        "cannot number; set it true"},
       {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the training ranks (2)"},
+      {"an episode without room (gconfig.max_tokens)", rl + "agent_run_args.max_turns=2 gconfig.max_tokens=3",
+       "leaves no room for an episode in 3 tokens"},
+      {"env command not found", rl + "'env=command:no_such_env_program --x'", "no_such_env_program"},
+      {"env name", rl + "env=builtin:chess", "option 'env' = 'builtin:chess' is not an environment"},
+      {"export_style individual", rl + "export_style=individual", "individual"},
       {"sft tokenizer vs vocab", " --job sft --model_path tests/fixtures/models/qwen2_untied --fsdp.memory_efficient_load "
                                  "true --train_dataset.path " + two_rows.string() + " --train_dataset.batch_size 2 "
                                  "--cluster.fileroot " + root.string(),
