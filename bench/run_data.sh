@@ -50,5 +50,7 @@ rm -f "$results/data.json"
   for f in gsm8k_sized.parquet gsm8k_sized.jsonl; do
     "$AREAL_BUILD/bench/areal_data_bench" "$out_dir/$f" "$f" --prompts --json "$results/data.json"
   done
-  "$AREAL_BUILD/bench/areal_data_bench" "$out_dir/big.parquet" big.parquet --json "$results/data.json"
+  for mode in "" --prompts --sft; do  # the rows kept for training live on disk (docs/data.md, "Memory")
+    "$AREAL_BUILD/bench/areal_data_bench" "$out_dir/big.parquet" big.parquet $mode --json "$results/data.json"
+  done
 } | tee "$results/data.md"

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "areal/data/prompt_dataset.h"
+#include "areal/data/text_dataset.h"
 #include "areal/text/jinja_value.h"
 #include "areal/text/bpe_tokenizer.h"
 #include "areal/text/chat_template.h"
@@ -188,6 +189,40 @@ TEST_CASE("chat templates: a dataset's messages go through the model's template,
   CHECK_THROWS_WITH(PromptDataset(data.string(), "messages", "answer", 0, tokenizer, tmpl),
                     Contains("messages.jsonl: prompt 2: the chat template failed: ") &&
                         Contains("line 1: the template raised: System role not supported"));
+}
+
+TEST_CASE("chat templates: SFT on a conversation trains every assistant turn and nothing else") {
+  const std::string conversation = R"([{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"},
+    {"role": "assistant", "content": "6"}])";
+  // Each family's template: the turns' tokens are the assistant's text and its end of turn.
+  for (const auto& [t, end_of_turn] : std::vector<std::pair<TemplateCase, std::string>>{
+           {kTemplates[0], "<|im_end|>\n"}, {kTemplates[5], "<|eot_id|>"}}) {
+    INFO(t.file);
+    const std::string folder = model_folder(t, false);
+    BpeTokenizer tokenizer(folder + "/tokenizer.json");
+    const PromptTemplate tmpl = prompt_template("model", tokenizer, folder);
+    const ConversationTokens c = conversation_tokens(tmpl, tokenizer, conversation);
+    CHECK(c.ids == tokenizer.encode(tmpl.model->render(conversation, false, "{}")));  // the whole, as rendered
+    REQUIRE(c.assistant_spans.size() == 2);
+    auto text_of = [&](int64_t begin, int64_t end) {
+      return tokenizer.decode(std::vector<int64_t>(c.ids.begin() + begin, c.ids.begin() + end), false);
+    };
+    CHECK(text_of(c.assistant_spans[0].first, c.assistant_spans[0].second) == "4" + end_of_turn);
+    CHECK(text_of(c.assistant_spans[1].first, c.assistant_spans[1].second) == "6" + end_of_turn);
+    // What lies between them is the user's turn and the next generation prompt, untrained.
+    CHECK_THAT(text_of(c.assistant_spans[0].second, c.assistant_spans[1].first), Contains("and 3+3?"));
+    // Through a dataset row: the same sequence and spans (the single-turn path is unchanged).
+    const fs::path data = fs::temp_directory_path() / "areal_chat_templates" / "conversation.jsonl";
+    std::ofstream(data) << json{{"messages", json::parse(conversation)}}.dump() << "\n";
+    const SftSequence row = TextDataset(data.string(), "prompt", "answer", 0, tokenizer, tmpl).sequence(0);
+    CHECK(row.ids == c.ids);
+    CHECK(row.loss_spans == c.assistant_spans);
+  }
+  // The built-in templates cannot render a list of messages: named.
+  BpeTokenizer qwen(source_path("tests/fixtures/tokenizers/qwen2/tokenizer.json"));
+  CHECK_THROWS_WITH(conversation_tokens(prompt_template("qwen", qwen), qwen, conversation),
+                    Contains("needs the model's chat template (chat_template: model), not qwen"));
 }
 
 TEST_CASE("binary: --job preview prints the prompts as the rollout feeds them, through the model's template",

@@ -4,11 +4,13 @@
 // make_datasets.py), and every bad input is refused naming the file, row and field.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "areal/data/dataset_files.h"
 #include "areal/data/prompt_dataset.h"
+#include "areal/data/record_store.h"
 #include "areal/data/row_schema.h"
 #include "areal/data/text_dataset.h"
 #include "areal/text/byte_tokenizer.h"
@@ -118,6 +120,39 @@ TEST_CASE("datasets: veRL's parquet and MATH-style rows read as their JSONL", "[
   const PromptDataset math = prompts(kData + "math");
   check_same(math, prompts(kData + "math_train.jsonl"));
   CHECK(math[0].example.answer == "27");  // the last \boxed{}
+}
+
+TEST_CASE("datasets: the rows kept for training live in an unlinked file under TMPDIR and read back whole", "[data]") {
+  const fs::path folder = fs::temp_directory_path() / ("areal_ds_tmpdir_" + std::to_string(::getpid()));
+  fs::create_directories(folder);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", folder.c_str(), 1);
+  {
+    RecordStore store;
+    // Records across the 1 MiB write buffer: some read from the file, the last from memory.
+    std::vector<std::vector<char>> records;
+    for (int i = 0; i < 300; ++i) records.push_back(std::vector<char>(static_cast<size_t>(i) * 37 + 1, static_cast<char>(i)));
+    for (const auto& r : records) store.append(r);
+    REQUIRE(store.size() == records.size());
+    for (size_t i = 0; i < records.size(); ++i) CHECK(store.read(i) == records[i]);
+    CHECK(fs::is_empty(folder));  // unlinked: nothing is left behind, however the process ends
+    // A dataset's prompts read back as they were built: the examples and their tokens.
+    const PromptDataset data = prompts(kData + "gsm8k_test.jsonl");
+    const std::vector<PromptExample> rows = examples(kData + "gsm8k_test.jsonl");
+    ByteTokenizer bytes;
+    REQUIRE(data.size() == rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      CHECK(data[i].example.row_json == rows[i].row_json);
+      CHECK(data[i].ids == prompt_tokens(prompt_template("none", bytes), bytes, rows[i].prompt));
+    }
+  }
+  ::setenv("TMPDIR", (folder / "missing").c_str(), 1);
+  CHECK_THROWS_WITH(RecordStore(), Contains("cannot make the dataset's row file in " + (folder / "missing").string()) &&
+                                       Contains("set TMPDIR"));
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  fs::remove_all(folder);
 }
 
 TEST_CASE("datasets: chat messages and the SFT shapes", "[data]") {

@@ -23,12 +23,12 @@ TEST_CASE("sft data: text rows and prompt/answer rows", "[sft]") {
   REQUIRE(data.size() == 2);
   // Text: BOS, bytes, EOS; the loss from the first byte on.
   CHECK(data.sequence(0).ids == std::vector<int64_t>{ByteTokenizer::kBos, 'a', 'b', ByteTokenizer::kEos});
-  CHECK(data.sequence(0).loss_from == 1);
+  CHECK(data.sequence(0).loss_spans == std::vector<std::pair<int64_t, int64_t>>{{1, 4}});
   // Prompt/answer: the prompt as the template writes it, then the answer and EOS; the
   // loss starts at the answer.
   CHECK(data.sequence(1).ids ==
         std::vector<int64_t>{ByteTokenizer::kBos, '1', '+', '1', '=', '2', ByteTokenizer::kEos});
-  CHECK(data.sequence(1).loss_from == 5);
+  CHECK(data.sequence(1).loss_spans == std::vector<std::pair<int64_t, int64_t>>{{5, 7}});
   // max_length skips and counts; a row with neither shape names both.
   TextDataset short_only(path.string(), "q", "a", 4, bytes, none);
   CHECK(short_only.size() == 1);
@@ -51,6 +51,8 @@ TEST_CASE("sft data: a built-in task is prompt/answer rows (the loss on the answ
     for (char c : examples[i].prompt + examples[i].answer) expected.push_back(static_cast<unsigned char>(c));
     expected.push_back(ByteTokenizer::kEos);
     CHECK(data.sequence(i).ids == expected);
-    CHECK(data.sequence(i).loss_from == 1 + static_cast<int64_t>(examples[i].prompt.size()));
+    const int64_t answer_start = 1 + static_cast<int64_t>(examples[i].prompt.size());
+    CHECK(data.sequence(i).loss_spans ==
+          std::vector<std::pair<int64_t, int64_t>>{{answer_start, static_cast<int64_t>(expected.size())}});
   }
 }

@@ -5,9 +5,24 @@
 
 #include "areal/data/dataset_files.h"
 #include "areal/data/row_schema.h"
+#include "areal/util/byte_stream.h"
 #include "areal/util/strings.h"
 
 namespace areal {
+namespace {
+
+// Tokens are ids below 2^31 (every vocabulary): 4 bytes each on disk.
+std::vector<char> record_of(const PromptExample& e, const std::vector<int64_t>& ids) {
+  ByteWriter w;
+  w.put_string(e.prompt);
+  w.put_string(e.answer);
+  w.put_string(e.row_json);
+  w.put_string(e.messages_json);
+  w.put_vector(std::vector<int32_t>(ids.begin(), ids.end()));
+  return w.take();
+}
+
+}  // namespace
 
 PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
                              int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
@@ -17,13 +32,14 @@ PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_
     try {
       ids = prompt_tokens(tmpl, tokenizer, example.prompt, example.messages_json);
     } catch (const std::exception& e) {
-      throw std::runtime_error(cat(path, ": prompt ", prompts_.size() + skipped_ + 1, ": ", e.what()));
+      throw std::runtime_error(cat(path, ": prompt ", size() + skipped_ + 1, ": ", e.what()));
     }
     if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) {
       ++skipped_;
       return;
     }
-    prompts_.push_back({std::move(example), std::move(ids)});
+    longest_ = std::max<int64_t>(longest_, static_cast<int64_t>(ids.size()));
+    rows_.append(record_of(example, ids));
   };
   if (is_builtin_task(path)) {
     for (PromptExample& example : builtin_task(path)) add(std::move(example));
@@ -32,14 +48,21 @@ PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_
       add(rl_example(row, where, prompt_key, answer_key));
     });
   }
-  if (prompts_.empty())
+  if (size() == 0)
     throw std::runtime_error(cat(path, ": no usable prompts (", skipped_, " longer than max_length)"));
 }
 
-int64_t longest_prompt(const PromptDataset& data) {
-  int64_t longest = 0;
-  for (size_t i = 0; i < data.size(); ++i) longest = std::max<int64_t>(longest, data[i].ids.size());
-  return longest;
+Prompt PromptDataset::operator[](size_t i) const {
+  const std::vector<char> record = rows_.read(i);
+  ByteReader r(record);
+  Prompt p;
+  p.example.prompt = r.get_string();
+  p.example.answer = r.get_string();
+  p.example.row_json = r.get_string();
+  p.example.messages_json = r.get_string();
+  const std::vector<int32_t> ids = r.get_vector<int32_t>();
+  p.ids.assign(ids.begin(), ids.end());
+  return p;
 }
 
 }  // namespace areal

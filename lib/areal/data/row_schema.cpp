@@ -1,5 +1,6 @@
 #include "areal/data/row_schema.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "areal/data/jsonl.h"
@@ -140,6 +141,10 @@ SftExample sft_example(const json& row, const std::string& where, const std::str
   if (has(row, "messages") && row["messages"].is_array()) {
     auto [before, last] = split_last_assistant(row["messages"], where);
     if (last.empty()) throw bad(where, "field 'messages' ends with no assistant turn to train on");
+    if (std::any_of(before.begin(), before.end(), [](const json& m) { return m["role"] == "assistant"; })) {
+      example.conversation_json = row["messages"].dump();  // several turns: each is trained on
+      return example;
+    }
     example.messages_json = before.dump();
     example.answer = last;
     return example;

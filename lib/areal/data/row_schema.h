@@ -7,7 +7,7 @@
 //   chat      `messages`: the conversation before its last assistant turn; the reference
 //             is answer_key's field, else that turn
 // For SFT: `text` (all of it), plain, GSM8K and MATH (prompt -> solution text), chat
-// (the loss on the last assistant turn).
+// (the loss on every assistant turn).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -31,6 +31,7 @@ struct SftExample {
   std::string prompt;         // with messages_json empty
   std::string messages_json;  // the conversation before the answer
   std::string answer;
+  std::string conversation_json;  // a chat of several assistant turns, whole (then the fields above are "")
 };
 SftExample sft_example(const nlohmann::json& row, const std::string& where, const std::string& prompt_key,
                        const std::string& answer_key);

@@ -7,14 +7,20 @@
 //                                  messages and its last assistant turn): the prompt
 //                                  through the chat template, then the answer and the
 //                                  end-of-turn token; the loss covers the answer only
+//   a conversation                 `messages` with several assistant turns: the whole
+//                                  of it through the model's template, the loss on
+//                                  every assistant turn (chat_template.h)
 // A built-in task (builtin_tasks.h) gives prompt/answer rows. Sequences
-// longer than max_length tokens are skipped and counted.
+// longer than max_length tokens are skipped and counted. The sequences live on disk
+// (record_store.h) and are read back when a step asks for them.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "areal/data/record_store.h"
 #include "areal/text/chat_template.h"
 #include "areal/text/tokenizer.h"
 
@@ -22,7 +28,7 @@ namespace areal {
 
 struct SftSequence {
   std::vector<int64_t> ids;
-  int64_t loss_from = 1;  // tokens [loss_from, size) are predicted with a loss
+  std::vector<std::pair<int64_t, int64_t>> loss_spans;  // tokens [begin, end) are predicted with a loss
 };
 
 class TextDataset {
@@ -33,12 +39,12 @@ class TextDataset {
               int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
               const std::string& split = "train");
 
-  size_t size() const { return sequences_.size(); }
+  size_t size() const { return rows_.size(); }
   int64_t skipped() const { return skipped_; }
-  const SftSequence& sequence(size_t i) const { return sequences_.at(i); }
+  SftSequence sequence(size_t i) const;  // reads the row back
 
  private:
-  std::vector<SftSequence> sequences_;
+  RecordStore rows_;
   int64_t skipped_ = 0;
 };
 

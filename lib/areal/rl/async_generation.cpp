@@ -92,7 +92,7 @@ class GenerationReplica {
   };
   std::map<int64_t, InFlight> in_flight_;             // by group
   std::vector<std::pair<int64_t, int64_t>> started_;  // answer id (of the current stream) -> (group, sample)
-  std::vector<size_t> started_prompts_;               // answer id -> its prompt
+  std::vector<SharedPrompt> started_prompts_;         // answer id -> its prompt
   int64_t next_ = 0, next_sample_ = 0;                // the next answer to start
 };
 
@@ -182,10 +182,10 @@ bool GenerationReplica::next_prompt(std::vector<int64_t>& prompt, at::Generator&
     in_flight_[next_].answers.resize(static_cast<size_t>(n_samples_));
   }
   const size_t index = plan_.prompt(next_);
-  prompt = (*in_.train)[index].ids;
+  started_prompts_.push_back(in_.train->shared(index));
+  prompt = started_prompts_.back()->ids;
   generator = answer_generator(cfg_.seed, plan_.step(next_), static_cast<int64_t>(index), next_sample_);
   started_.emplace_back(next_, next_sample_);
-  started_prompts_.push_back(index);
   if (++next_sample_ == n_samples_) {
     next_sample_ = 0;
     ++next_;
@@ -203,7 +203,7 @@ void GenerationReplica::answer_finished(int64_t id, Generated answer) {
     done.index = g;
     done.prompt = static_cast<int64_t>(plan_.prompt(g));
     done.answers = std::move(group.answers);
-    const Prompt& p = (*in_.train)[static_cast<size_t>(done.prompt)];
+    const Prompt p = (*in_.train)[static_cast<size_t>(done.prompt)];
     if (episodes_) {  // episodes: their environment's rewards
       for (const Generated& a : done.answers) done.rewards.push_back(a.reward);
     } else {
@@ -250,7 +250,7 @@ void GenerationReplica::run() {
       started_prompts_.clear();
       if (episodes_)
         feed.episodes = episodes_->hooks([this](int64_t id) {
-          return &(*in_.train)[started_prompts_.at(static_cast<size_t>(id))];
+          return started_prompts_.at(static_cast<size_t>(id)).get();
         });
       generate_stream(*model_, in_.sampling, longest, max_rows, feed, check);
       evaluate_now();

@@ -62,9 +62,9 @@ class ColocatedRollout : public RolloutSource {
   // appending this rank's prompts and answers to `out`. Round 0 is the step's batch;
   // later rounds refill it and sample with other generator streams.
   void generate_round(RolloutModel& slices, int64_t step, const std::vector<size_t>& round_batch, int64_t round,
-                      std::vector<const Prompt*>& prompts, std::vector<Generated>& answers, int64_t& cache_bytes);
+                      std::vector<SharedPrompt>& prompts, std::vector<Generated>& answers, int64_t& cache_bytes);
   // DAPO's refill: rounds until batch_size groups of all ranks carry a signal.
-  void refill(RolloutModel& slices, int64_t step, const std::vector<size_t>& batch, std::vector<const Prompt*>& prompts,
+  void refill(RolloutModel& slices, int64_t step, const std::vector<size_t>& batch, std::vector<SharedPrompt>& prompts,
               std::vector<Generated>& answers, std::vector<double>& rewards, int64_t& failures, StepRollout& out);
   // Greedy answers to every held-out prompt (each generation group its members' share),
   // the share of answers with a positive reward over all ranks. Collective.
@@ -82,30 +82,31 @@ class ColocatedRollout : public RolloutSource {
 };
 
 void ColocatedRollout::generate_round(RolloutModel& slices, int64_t step, const std::vector<size_t>& round_batch,
-                                      int64_t round, std::vector<const Prompt*>& prompts,
+                                      int64_t round, std::vector<SharedPrompt>& prompts,
                                       std::vector<Generated>& answers, int64_t& cache_bytes) {
   const int64_t n_samples = cfg_.gconfig.n_samples;
   std::vector<std::vector<int64_t>> prompt_ids;  // the group's, n_samples rows per prompt
-  std::vector<const Prompt*> row_prompts;
+  std::vector<SharedPrompt> row_prompts;
   std::vector<at::Generator> generators;
   size_t first_row = 0, mine = 0;  // this rank's answers among the group's
   for (int member = group_first_; member < group_first_ + group_size_; ++member) {
     if (member == me_.rank) first_row = prompt_ids.size();
     for (size_t i : items_of(member, me_.world_size, round_batch.size())) {
       const size_t index = round_batch[i];
+      const SharedPrompt prompt = in_.train->shared(index);
       if (member == me_.rank) {
-        prompts.push_back(&(*in_.train)[index]);
+        prompts.push_back(prompt);
         mine += n_samples;
       }
       for (int64_t s = 0; s < n_samples; ++s) {
-        prompt_ids.push_back((*in_.train)[index].ids);
-        row_prompts.push_back(&(*in_.train)[index]);
+        prompt_ids.push_back(prompt->ids);
+        row_prompts.push_back(prompt);
         generators.push_back(answer_generator(cfg_.seed, step, static_cast<int64_t>(index), s + round * n_samples));
       }
     }
   }
   EpisodeHooks hooks;
-  if (episodes_) hooks = episodes_->hooks([&](int64_t id) { return row_prompts[static_cast<size_t>(id)]; });
+  if (episodes_) hooks = episodes_->hooks([&](int64_t id) { return row_prompts[static_cast<size_t>(id)].get(); });
   std::vector<Generated> group_answers = generate(slices, prompt_ids, in_.sampling, generators, &cache_bytes, {}, hooks);
   if (episodes_)
     for (size_t r = 0; r < group_answers.size(); ++r) episodes_->complete(static_cast<int64_t>(r), group_answers[r]);
@@ -115,7 +116,7 @@ void ColocatedRollout::generate_round(RolloutModel& slices, int64_t step, const 
 StepRollout ColocatedRollout::rollout(int64_t step, const std::vector<size_t>& batch) {
   const auto start = Clock::now();
   StepRollout out;
-  std::vector<const Prompt*> prompts;  // this rank's
+  std::vector<SharedPrompt> prompts;  // this rank's
   std::vector<Generated> answers;      // theirs, n_samples per prompt
   RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device));
   out.weight_bytes = slices.weight_bytes();
@@ -133,7 +134,7 @@ StepRollout ColocatedRollout::rollout(int64_t step, const std::vector<size_t>& b
 }
 
 void ColocatedRollout::refill(RolloutModel& slices, int64_t step, const std::vector<size_t>& batch,
-                              std::vector<const Prompt*>& prompts, std::vector<Generated>& answers,
+                              std::vector<SharedPrompt>& prompts, std::vector<Generated>& answers,
                               std::vector<double>& rewards, int64_t& failures, StepRollout& out) {
   const int64_t n_samples = cfg_.gconfig.n_samples;
   out.refilled = true;

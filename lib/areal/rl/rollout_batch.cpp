@@ -10,7 +10,7 @@
 namespace areal {
 
 // The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end).
-std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int64_t n_samples,
+std::vector<double> score_answers(const std::vector<SharedPrompt>& prompts, int64_t n_samples,
                                   const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
                                   Rewarder& reward, int64_t& failures) {
   std::vector<RewardCall> calls;
@@ -27,7 +27,7 @@ std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int
   return rewards;
 }
 
-Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
+Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
              const Tokenizer& tokenizer) {
   Rollout r;
   const int64_t rows = static_cast<int64_t>(answers.size());
@@ -75,7 +75,7 @@ Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const
 
 Rollout pack_groups(const std::vector<FinishedGroup>& groups, const PromptDataset& train, int64_t n_samples,
                     const Tokenizer& tokenizer) {
-  std::vector<const Prompt*> prompts;
+  std::vector<SharedPrompt> prompts;
   std::vector<Generated> answers;
   std::vector<double> rewards;
   int64_t failures = 0;
@@ -83,7 +83,7 @@ Rollout pack_groups(const std::vector<FinishedGroup>& groups, const PromptDatase
     if (static_cast<int64_t>(g.answers.size()) != n_samples)
       throw std::runtime_error(cat("group ", g.index, " has ", g.answers.size(), " answers, not gconfig.n_samples = ",
                                    n_samples));
-    prompts.push_back(&train[static_cast<size_t>(g.prompt)]);
+    prompts.push_back(train.shared(static_cast<size_t>(g.prompt)));
     answers.insert(answers.end(), g.answers.begin(), g.answers.end());
     rewards.insert(rewards.end(), g.rewards.begin(), g.rewards.end());
     failures += g.reward_failures;

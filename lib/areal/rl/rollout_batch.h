@@ -41,12 +41,12 @@ struct Rollout {
 
 // The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end):
 // reward_fn's, or an episode's from its environment.
-std::vector<double> score_answers(const std::vector<const Prompt*>& prompts, int64_t n_samples,
+std::vector<double> score_answers(const std::vector<SharedPrompt>& prompts, int64_t n_samples,
                                   const std::vector<Generated>& answers, size_t first_prompt, const Tokenizer& tokenizer,
                                   Rewarder& reward, int64_t& failures);
 
 // Lays out the answers (n_samples per prompt); the caller fills in the rewards.
-Rollout pack(const std::vector<const Prompt*>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
+Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
              const Tokenizer& tokenizer);
 
 // Asynchronous RL: this rank's groups of a step, scored on the generation side.

@@ -29,17 +29,20 @@ namespace {
 // weight of each target [rows, T - 1]: 1 where the target is a token with a loss.
 std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch, int rank,
                                                  int world_size, int64_t pad) {
-  std::vector<const SftSequence*> rows;
-  for (size_t i = rank; i < batch.size(); i += world_size) rows.push_back(&data.sequence(batch[i]));
+  std::vector<SftSequence> rows;
+  for (size_t i = rank; i < batch.size(); i += world_size) rows.push_back(data.sequence(batch[i]));
   size_t longest = 2;
-  for (auto* row : rows) longest = std::max(longest, row->ids.size());
+  for (const SftSequence& row : rows) longest = std::max(longest, row.ids.size());
   PaddedSequences set;
   set.ids = at::full({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, pad, at::kLong);
   at::Tensor weights = at::zeros({set.ids.size(0), set.ids.size(1) - 1}, at::kFloat);
   for (size_t r = 0; r < rows.size(); ++r) {
-    const int64_t n = static_cast<int64_t>(rows[r]->ids.size()), first = std::max<int64_t>(rows[r]->loss_from, 1) - 1;
-    set.ids[r].narrow(0, 0, n).copy_(at::tensor(rows[r]->ids, at::kLong));
-    if (n - 1 > first) weights[r].narrow(0, first, n - 1 - first).fill_(1);  // position t predicts token t + 1
+    const int64_t n = static_cast<int64_t>(rows[r].ids.size());
+    set.ids[r].narrow(0, 0, n).copy_(at::tensor(rows[r].ids, at::kLong));
+    for (const auto& [begin, end] : rows[r].loss_spans) {  // position t predicts token t + 1
+      const int64_t first = std::max<int64_t>(begin, 1) - 1, last = std::min(end, n) - 1;
+      if (last > first) weights[r].narrow(0, first, last - first).fill_(1);
+    }
     set.lengths.push_back(n);
   }
   return {set, weights};

@@ -234,6 +234,33 @@ std::vector<int64_t> message_tokens(const PromptTemplate& tmpl, const Tokenizer&
   return tokenizer.encode(text);
 }
 
+ConversationTokens conversation_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer,
+                                       const std::string& messages_json) {
+  if (tmpl.name != "model")
+    throw std::runtime_error(cat("a conversation of several assistant turns needs the model's chat template "
+                                 "(chat_template: model), not ", tmpl.name));
+  const ordered_json messages = ordered_json::parse(messages_json);
+  ConversationTokens out;
+  out.ids = tokenizer.encode(render_model(tmpl, messages, false));
+  // Each assistant turn lies between the rendering of the messages before it (with the
+  // generation prompt) and the rendering through it: both must begin the whole.
+  auto prefix_length = [&](size_t count, bool generation_prompt) {
+    const ordered_json head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count));
+    const std::vector<int64_t> ids = tokenizer.encode(render_model(tmpl, head, generation_prompt));
+    if (ids.size() > out.ids.size() || !std::equal(ids.begin(), ids.end(), out.ids.begin()))
+      throw std::runtime_error(cat("the chat template writes message ", count, " differently once later turns "
+                                   "follow, so its assistant turns have no fixed tokens to train on"));
+    return static_cast<int64_t>(ids.size());
+  };
+  for (size_t k = 0; k < messages.size(); ++k) {
+    if (messages[k].value("role", "") != "assistant") continue;
+    const int64_t begin = prefix_length(k, true);
+    const int64_t end = k + 1 == messages.size() ? static_cast<int64_t>(out.ids.size()) : prefix_length(k + 1, false);
+    if (end > begin) out.assistant_spans.emplace_back(begin, end);
+  }
+  return out;
+}
+
 PromptAnswer prompt_answer_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& prompt,
                                   const std::string& answer, const std::string& messages_json) {
   PromptAnswer out;

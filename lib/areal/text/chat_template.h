@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "areal/text/tokenizer.h"
@@ -85,5 +86,17 @@ struct PromptAnswer {
 };
 PromptAnswer prompt_answer_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer, const std::string& prompt,
                                   const std::string& answer, const std::string& messages_json = "");
+
+// A whole conversation for supervised training (a `messages` row with several assistant
+// turns), as the model's template writes it, and the token range [begin, end) of each
+// assistant turn: its text and end-of-turn tokens, as prompt_answer_tokens gives one
+// answer. Throws std::runtime_error when the template is not the model's or writes an
+// earlier turn differently once later turns follow (then no turn's tokens are a prefix).
+struct ConversationTokens {
+  std::vector<int64_t> ids;
+  std::vector<std::pair<int64_t, int64_t>> assistant_spans;
+};
+ConversationTokens conversation_tokens(const PromptTemplate& tmpl, const Tokenizer& tokenizer,
+                                       const std::string& messages_json);
 
 }  // namespace areal
