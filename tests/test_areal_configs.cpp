@@ -156,7 +156,7 @@ TEST_CASE("AReaL configs: every key of every example is an option, an alias, or 
     INFO(entry.path().filename().string());
     CHECK(unlisted_keys(entry.path().string()) == std::vector<std::string>{});
   }
-  CHECK(files == 23);  // AReaL's examples/math/*.yaml and examples/multi_turn_math's
+  CHECK(files == 31);  // AReaL's examples/math/*.yaml, examples/multi_turn_math's and the other single-turn ones
   // The walk does find what is unknown, as the file spells it.
   const fs::path probe = fs::temp_directory_path() / ("areal_unlisted_" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(probe) << "actor:\n  eps_clip: 0.2\n  new_knob: 1\n  optimizer: {lr: 1, fancy: 2}\nsglang: {x: 1}\n";
@@ -347,6 +347,63 @@ TEST_CASE("AReaL configs: the Dr.GRPO GSPO DAPO RLOO LitePPO REINFORCE boba CPU 
   fs::remove_all(root);
 }
 
+// AReaL's single-turn examples outside examples/math: countdown (its reward is Python
+// code in AReaL's script; here the run's reward_fn), the proximal-approximation example
+// in its evaluation mode, SkyPilot's Ray config and the scaffolding ones. Each loads with
+// its meaning and runs two steps; distillation, loglinear and TIR are refused above.
+TEST_CASE("AReaL configs: the countdown, proximal-approximation, SkyPilot and scaffolding examples load and run",
+          "[config][areal][binary][mpi][slow]") {
+  const Config countdown = load_example("countdown_train_config.yaml", small_run());
+  CHECK(countdown.experiment_name == "countdown-grpo");
+  CHECK(countdown.actor.reward_scaling == Approx(10.0));
+  CHECK(countdown.actor.reward_bias == Approx(-0.5));
+  CHECK(countdown.actor.use_decoupled_loss);
+  CHECK(countdown.actor.rejection_sampling.level == "token");  // a section without a level: AReaL's token
+  CHECK(countdown.actor.rejection_sampling.upper == Approx(5.0));
+  CHECK(countdown.actor.adv_norm.mean_level == "batch");
+  CHECK(ignored(countdown, "actor.pad_to_maximum"));
+  const Config prox = load_example("gsm8k_grpo_prox_approx_eval.yaml", small_run());
+  CHECK(prox.actor.use_decoupled_loss);
+  CHECK(prox.actor.recompute_logprob);
+  CHECK(ignored(prox, "actor.prox_logp_method"));  // metrics: recompute, without the approximation's metrics
+  const std::vector<Override> local = {{"actor.path", "tests/fixtures/models/tiny_chat"},
+                                       {"train_dataset.path", "tests/fixtures/datasets/gsm8k"},
+                                       {"valid_dataset.path", "tests/fixtures/datasets/gsm8k"}};
+  const Config ray = load_example("gsm8k_grpo_ray.yaml", local);  // its 8 + 8 ranks as written
+  CHECK(ray.rollout.backend == "sglang:d8");
+  CHECK(ray.actor.backend == "fsdp:d8");
+  const Config scaffolding = load_example("gsm8k_rlvr_scaffolding_2nodes.yaml", local);
+  CHECK(scaffolding.allocation_mode == "sglang:d8+d8");
+
+  const fs::path root = fs::temp_directory_path() / ("areal_single_turn_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"countdown_train_config.yaml", "countdown-grpo"},
+      {"gsm8k_grpo_prox_approx_eval.yaml", "gsm8k-grpo-prox-approx-eval"},
+      {"gsm8k_grpo_ray.yaml", "gsm8k-grpo-on-ray"},
+      {"gsm8k_rlvr_scaffolding.yaml", "gsm8k-rlvr-scaffolding"},
+      {"gsm8k_rlvr_scaffolding_2nodes.yaml", "gsm8k-rlvr-scaffolding"}};
+  for (const auto& [file, experiment] : runs) {
+    INFO(file);
+    const fs::path fileroot = root / file;
+    // The scaffolding files give their shape as allocation_mode (generation + training
+    // ranks): on 2 ranks, 1 + 1 (asynchronous), in place of the small run's colocated backends.
+    std::vector<Override> small = kSmallRun;
+    if (file.starts_with("gsm8k_rlvr_scaffolding")) {
+      std::erase_if(small, [](const Override& o) { return o.key.ends_with(".backend"); });
+      small.push_back({"allocation_mode", "sglang:d1+d1"});
+    }
+    Result r = run(mpirun_cmd() + " -np 2 " + train_bin() + " --config " + kFixtures + file + command_line(small) +
+                   " cluster.fileroot=" + fileroot.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    int steps = 0;
+    for (const auto& row : read_jsonl(fileroot / experiment / "trial0" / "stats.jsonl")) steps += row.contains("loss");
+    CHECK(steps == 2);
+  }
+  fs::remove_all(root);
+}
+
 TEST_CASE("configs: each algorithm's GSM8K config in configs/ loads and means its algorithm", "[config][areal]") {
   const fs::path previous = fs::current_path();
   fs::current_path(source_dir());
@@ -412,7 +469,10 @@ TEST_CASE("AReaL configs: PPO with a critic, SAPO, M2PO, Megatron and Archon exa
       {"gsm8k_grpo_megatron_fp8.yaml", "Megatron engine is not built"},
       {"gsm8k_grpo_megatron_lora.yaml", "AReaL removed behave_imp_weight_cap"},
       {"gsm8k_grpo_megatron_lora_moe.yaml", "AReaL removed behave_imp_weight_cap"},
-      {"gsm8k_sft_archon_fp8.yaml", "Archon engine is not built"}};
+      {"gsm8k_sft_archon_fp8.yaml", "Archon engine is not built"},
+      {"gsm8k_grpo_distill.yaml", "'teacher': distillation from a teacher model"},
+      {"gsm8k_grpo_prox_approx.yaml", "'actor.prox_logp_method' = loglinear: the log-linear approximation"},
+      {"tir_math_config.yaml", "'tir': AReaL's tool-integrated-reasoning workflow"}};
   for (const auto& [file, why] : refused) {
     INFO(file);
     std::string error;
@@ -432,6 +492,11 @@ TEST_CASE("AReaL configs: PPO with a critic, SAPO, M2PO, Megatron and Archon exa
                                       "off.yaml", {});
   CHECK(ignored(off, "critic"));
   CHECK(ignored(off, "actor.use_sapo_loss"));
+  // The proximal log-probabilities: recomputed here, so `recompute` and `metrics` (the
+  // same training) are accepted, on the command line as in a file; `loglinear` is not.
+  CHECK(ignored(load_config_text("", "x.yaml", {{"actor.prox_logp_method", "recompute"}}), "actor.prox_logp_method"));
+  CHECK_THROWS_WITH(load_config_text("", "x.yaml", {{"actor.prox_logp_method", "loglinear"}}),
+                    Contains("command line: 'actor.prox_logp_method' = loglinear: the log-linear approximation"));
 }
 
 TEST_CASE("AReaL configs: docs/configuration.md lists every refused key", "[config][areal][docs]") {

@@ -54,6 +54,8 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"actor.mb_spec.n_mbs", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
       {"actor.mb_spec.granularity", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
       {"actor.mb_spec.n_mbs_divisor", "micro-batches follow actor.mb_spec.max_tokens_per_mb"},
+      {"actor.pad_to_maximum", "micro-batches are packed to their own length; padding them to the budget only "
+                               "costs time"},
       {"rollout.tokenizer_path", "the rollout uses tokenizer_path"},
       {"rollout.use_lora", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
       {"gconfig.lora_name", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
@@ -97,17 +99,38 @@ const std::vector<RefusedKey>& refused_areal_keys() {
                         "(actor.backend: fsdp:dN)"},
       {"actor.behave_imp_weight_cap", kRemovedBehaveKeys},
       {"actor.behave_imp_weight_mode", kRemovedBehaveKeys},
+      {"actor.prox_logp_method", "the log-linear approximation of the proximal policy is not built in areal-train: "
+                                 "it recomputes the proximal log-probabilities with a forward pass (recompute; "
+                                 "metrics is the same training, its approximation metrics are not logged)",
+       {"recompute", "metrics"}},
+      {"teacher.", "distillation from a teacher model (AReaL's examples/distillation) is not built in areal-train"},
+      {"tir.", "AReaL's tool-integrated-reasoning workflow is Python code; areal-train runs tools in episodes: "
+               "env (builtin:calculator or command:) with agent_run_args.max_turns (docs/agentic.md)"},
   };
   return keys;
 }
 
-std::string refused_areal_key_reason(const std::string& name) {
+namespace {
+
+const RefusedKey* refused_areal_key(const std::string& name) {
   for (const RefusedKey& k : refused_areal_keys()) {
     const std::string& p = k.pattern;
     const bool match = p.back() == '.' ? starts_with(name, p) || name == p.substr(0, p.size() - 1) : name == p;
-    if (match) return k.reason;
+    if (match) return &k;
   }
-  return "";
+  return nullptr;
+}
+
+}  // namespace
+
+std::string refused_areal_key_reason(const std::string& name) {
+  const RefusedKey* k = refused_areal_key(name);
+  return k ? k->reason : "";
+}
+
+bool refused_areal_key_accepts(const std::string& name, const std::string& value) {
+  const RefusedKey* k = refused_areal_key(name);
+  return k && std::find(k->same.begin(), k->same.end(), value) != k->same.end();
 }
 
 bool null_means_default(const std::string& option) {

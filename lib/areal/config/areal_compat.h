@@ -29,14 +29,18 @@ std::string ignored_keys_summary(const std::vector<std::string>& notes);
 
 // AReaL's keys of algorithms areal-train does not have (a critic, SAPO, M2PO), with
 // why: a config that turns one on is refused naming the key and the reason, never run
-// as something else. Off values (null, false) are accepted and ignored.
+// as something else. Off values (null, false) are accepted and ignored, and so are the
+// values that ask for what areal-train does anyway (`same`).
 struct RefusedKey {
   std::string pattern;  // a section when it ends with '.'
   std::string reason;
+  std::vector<std::string> same = {};  // values that mean what areal-train does
 };
 const std::vector<RefusedKey>& refused_areal_keys();
 // Why AReaL's key `name` (a dotted leaf or a section) is refused, or "".
 std::string refused_areal_key_reason(const std::string& name);
+// True when `value` of the refused key `name` asks for what areal-train does anyway.
+bool refused_areal_key_accepts(const std::string& name, const std::string& value);
 
 // Every alias, as "areal spelling" -> "option" (for the docs and their test).
 struct OptionAlias {

@@ -78,8 +78,11 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     const std::string where = mark_of(source, entry.first.Mark());
     if (!find_option(name) && !is_group(name)) {
       if (std::string why = refused_areal_key_reason(written); !why.empty()) {
-        if (!is_off(value)) throw ConfigError(cat(where, ": '", written, "': ", why));
-        ignored.add(written, value, "off; " + why);
+        const std::string text = value.IsScalar() ? value.as<std::string>() : "";
+        const bool same = !text.empty() && refused_areal_key_accepts(written, text);
+        if (!is_off(value) && !same)
+          throw ConfigError(cat(where, ": '", written, "'", text.empty() ? "" : " = " + text, ": ", why));
+        ignored.add(written, value, (same ? "what areal-train does; " : "off; ") + why);
         continue;
       }
       if (std::string why = ignored_areal_key_reason(written); !why.empty()) {
@@ -257,8 +260,10 @@ Config build(Layer layer, IgnoredKeys ignored, const std::vector<Override>& over
     const OptionSpec* spec = find_option(name);
     if (!spec) {
       if (std::string why = refused_areal_key_reason(o.key); !why.empty()) {
-        if (!is_off(YAML::Load(o.value))) throw ConfigError(cat("command line: '", o.key, "': ", why));
-        ignored.add(o.key, YAML::Node(o.value), "off; " + why);
+        const bool same = refused_areal_key_accepts(o.key, o.value);
+        if (!is_off(YAML::Load(o.value)) && !same)
+          throw ConfigError(cat("command line: '", o.key, "' = ", o.value, ": ", why));
+        ignored.add(o.key, YAML::Node(o.value), (same ? "what areal-train does; " : "off; ") + why);
         continue;
       }
       if (std::string why = ignored_areal_key_reason(o.key); !why.empty()) {
