@@ -6,7 +6,9 @@
 # rank-0 streaming).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-AREAL_BUILD="${AREAL_BUILD}-gpu" bash "$AREAL_ROOT/scripts/build.sh" -DAREAL_GPU_TESTS=ON
+# AREAL_PYARROW_ROOT: a pyarrow folder carried to a machine whose torch has none beside it.
+AREAL_BUILD="${AREAL_BUILD}-gpu" bash "$AREAL_ROOT/scripts/build.sh" -DAREAL_GPU_TESTS=ON \
+  ${AREAL_PYARROW_ROOT:+-DAREAL_PYARROW_ROOT="$AREAL_PYARROW_ROOT"}
 cd "${AREAL_BUILD}-gpu"
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
 ctest --output-on-failure -R "nccl_collectives|mpi_tests_np1"
