@@ -1,6 +1,8 @@
 // areal-train: parse -> validate -> bootstrap -> run the job -> exit code.
 // Logic lives in lib/areal; this file only wires it together.
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "areal/config/allocation.h"
 #include "areal/config/areal_compat.h"
@@ -52,8 +54,12 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
     }
     return -1;
   } catch (const areal::ConfigError& e) {
-    // Every rank parses the same input and fails alike: rank 0 speaks for all.
+    // Every rank parses the same input and fails alike: rank 0 speaks for all. The
+    // others give it time to write first: a launcher that sees a rank exit non-zero kills
+    // the rest at once (SIGTERM, or SIGKILL), which could take rank 0 before its message.
+    // When rank 0 exits first, the launcher ends this wait.
     if (is_rank0) areal::log::error(e.what());
+    else std::this_thread::sleep_for(std::chrono::seconds(2));
     return areal::kExitConfigError;
   }
 }
