@@ -137,6 +137,8 @@ TEST_CASE("datasets: the rows kept for training live in an unlinked file under T
     REQUIRE(store.size() == records.size());
     for (size_t i = 0; i < records.size(); ++i) CHECK(store.read(i) == records[i]);
     CHECK(fs::is_empty(folder));  // unlinked: nothing is left behind, however the process ends
+    // Reward and environment workers (fork + exec) do not inherit the file.
+    CHECK_THAT(run("ls -l /proc/self/fd").output, !Contains("areal-dataset"));
     // A dataset's prompts read back as they were built: the examples and their tokens.
     const PromptDataset data = prompts(kData + "gsm8k_test.jsonl");
     const std::vector<PromptExample> rows = examples(kData + "gsm8k_test.jsonl");

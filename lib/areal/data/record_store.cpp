@@ -1,5 +1,6 @@
 #include "areal/data/record_store.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ std::string temp_folder() {
 
 RecordStore::RecordStore() : folder_(temp_folder()) {
   std::string name = folder_ + "/areal-dataset-XXXXXX";
-  fd_ = mkstemp(name.data());
+  fd_ = mkostemp(name.data(), O_CLOEXEC);  // reward and environment workers do not inherit it
   if (fd_ < 0)
     throw std::runtime_error(cat("cannot make the dataset's row file in ", folder_, " (", std::strerror(errno),
                                  "): set TMPDIR to a writable local folder"));
