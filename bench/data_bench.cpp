@@ -32,16 +32,18 @@ int main(int argc, char** argv) {
   const int64_t base = areal::current_rss_bytes();
   areal::reset_peak_rss();
   const auto start = std::chrono::steady_clock::now();
-  int64_t rows = 0, text_bytes = 0;
+  int64_t rows = 0, text_bytes = 0, disk_bytes = -1;
   if (prompts) {
     areal::ByteTokenizer bytes;
     const areal::PromptDataset data(path, "prompt", "answer", 0, bytes, areal::prompt_template("none", bytes));
     rows = static_cast<int64_t>(data.size());
+    disk_bytes = static_cast<int64_t>(data.bytes_on_disk());
     for (size_t i = 0; i < data.size(); ++i) text_bytes += data[i].example.prompt.size() + data[i].example.answer.size();
   } else if (sft) {
     areal::ByteTokenizer bytes;
     const areal::TextDataset data(path, "prompt", "answer", 0, bytes, areal::prompt_template("none", bytes));
     rows = static_cast<int64_t>(data.size());
+    disk_bytes = static_cast<int64_t>(data.bytes_on_disk());
     for (size_t i = 0; i < data.size(); ++i) text_bytes += data.sequence(i).ids.size();  // bytes: one token each
   } else {
     areal::for_each_dataset_row(path, "train", [&](const nlohmann::json& row, const std::string&) {
@@ -54,10 +56,11 @@ int main(int argc, char** argv) {
   const int64_t peak = areal::peak_rss_bytes() - base;
   nlohmann::json out = {{"label", label},       {"rows", rows},         {"text_bytes", text_bytes},
                         {"seconds", seconds},   {"rows_per_second", rows / seconds},
-                        {"peak_rss_over_start_bytes", peak}, {"what", prompts ? "PromptDataset" : sft ? "TextDataset" : "rows"}};
-  std::printf("| %s | %s | %lld | %.1f MB | %.2f s | %.0f rows/s | %s |\n", label.c_str(),
+                        {"peak_rss_over_start_bytes", peak}, {"row_file_bytes", disk_bytes}, {"what", prompts ? "PromptDataset" : sft ? "TextDataset" : "rows"}};
+  std::printf("| %s | %s | %lld | %.1f MB | %.2f s | %.0f rows/s | %s | %s |\n", label.c_str(),
               prompts ? "prompts kept (PromptDataset)" : sft ? "SFT sequences kept (TextDataset)" : "rows streamed", static_cast<long long>(rows),
-              text_bytes / 1e6, seconds, rows / seconds, areal::format_bytes(peak).c_str());
+              text_bytes / 1e6, seconds, rows / seconds, areal::format_bytes(peak).c_str(),
+              disk_bytes < 0 ? "-" : areal::format_bytes(disk_bytes).c_str());
   if (!json_out.empty()) std::ofstream(json_out, std::ios::app) << out.dump() << "\n";
   return 0;
 }

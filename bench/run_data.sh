@@ -3,7 +3,8 @@
 # one rank, parquet against the same rows in JSONL (side by side, one run), for a
 # GSM8K-sized dataset (7,473 rows) and a ~1 GB parquet file. Writes
 # bench/results/data.md and data.json (quoted by docs/benchmarks.md). Needs ~2.5 GB
-# under OUT (default /tmp/areal-bench-data); SMOKE=1: small files, for CI.
+# under OUT (default /tmp/areal-bench-data) and ~4.5 GB under TMPDIR while the big file's
+# rows are kept (the datasets' row files, docs/data.md "Memory"); SMOKE=1: small files, for CI.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 bash "$AREAL_ROOT/scripts/build.sh" >/dev/null
@@ -42,8 +43,8 @@ rm -f "$results/data.json"
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')); one process = one rank."
   echo "Big parquet: $(du -h "$out_dir/big.parquet" | cut -f1) on disk."
   echo
-  echo "| data | what | rows | text | time | rate | peak RSS over start |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| data | what | rows | text | time | rate | peak RSS over start | row file (TMPDIR) |"
+  echo "|---|---|---|---|---|---|---|---|"
   for f in gsm8k_sized.parquet gsm8k_sized.jsonl; do
     "$AREAL_BUILD/bench/areal_data_bench" "$out_dir/$f" "$f" --json "$results/data.json"
   done

@@ -38,6 +38,7 @@ class PromptDataset {
   SharedPrompt shared(size_t i) const { return std::make_shared<const Prompt>((*this)[i]); }
   // The most tokens a prompt has (the memory checks, the generation stream's rows).
   int64_t longest() const { return longest_; }
+  uint64_t bytes_on_disk() const { return rows_.bytes(); }
 
  private:
   RecordStore rows_;

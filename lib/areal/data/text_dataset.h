@@ -42,6 +42,7 @@ class TextDataset {
   size_t size() const { return rows_.size(); }
   int64_t skipped() const { return skipped_; }
   SftSequence sequence(size_t i) const;  // reads the row back
+  uint64_t bytes_on_disk() const { return rows_.bytes(); }
 
  private:
   RecordStore rows_;
