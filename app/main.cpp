@@ -57,9 +57,10 @@ int prepare(int argc, char** argv, areal::Config& cfg, bool is_rank0) {
     // Every rank parses the same input and fails alike: rank 0 speaks for all. The
     // others give it time to write first: a launcher that sees a rank exit non-zero kills
     // the rest at once (SIGTERM, or SIGKILL), which could take rank 0 before its message.
-    // When rank 0 exits first, the launcher ends this wait.
-    if (is_rank0) areal::log::error(e.what());
-    else std::this_thread::sleep_for(std::chrono::seconds(2));
+    // When rank 0 exits first, the launcher ends this wait; a rank still here after it
+    // failed alone (a file its node lacks) and says so itself.
+    if (!is_rank0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    areal::log::error(e.what());
     return areal::kExitConfigError;
   }
 }

@@ -128,6 +128,14 @@ TEST_CASE("binary: under mpirun -np 2 a config error is printed once and the job
   CHECK(r.exit_code != 0);
   CHECK(count(r.output, "cannot both be true") == 1);
 
+  // A config error on rank 1 alone (mpirun gives each rank its own arguments, as a file
+  // that one node lacks would): rank 1 says it, with its rank, and the job ends non-zero.
+  Result alone = run(mpirun_cmd() + " -np 1 " + train_bin() + " --init_from_scratch true : -np 1 " + train_bin() +
+                     " --init_from_scratch true --fsdp.memory_efficient_load true");
+  CHECK(alone.exit_code != 0);
+  CHECK(count(alone.output, "cannot both be true") == 1);
+  CHECK_THAT(alone.output, Contains("[r1/2]"));
+
   Result print = run(kMpirun2 + " --print-config --init_from_scratch true");
   CHECK(print.exit_code == 0);
   CHECK(count(print.stdout_only, "memory_efficient_load:") == 1);
