@@ -1,6 +1,7 @@
 #include "areal/data/dataset_files.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "areal/data/jsonl.h"
+#include "areal/util/log.h"
 #include "areal/util/strings.h"
 
 namespace fs = std::filesystem;
@@ -154,11 +156,24 @@ std::vector<DataFile> dataset_files(const std::string& path, const std::string& 
 }
 
 void for_each_dataset_row(const std::string& path, const std::string& split, const RowCallback& row) {
+  // Reading and tokenizing millions of rows takes minutes: a line every 10 s says how far
+  // it got (rank 0's log; the others read alike).
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last = start;
+  int64_t rows = 0;
+  const RowCallback counted = [&](const nlohmann::json& r, const std::string& where) {
+    row(r, where);
+    if (++rows % 1024 != 0 || Clock::now() - last < std::chrono::seconds(10)) return;
+    last = Clock::now();
+    log::info(cat(path, ": ", rows, " rows read (", format_fixed(std::chrono::duration<double>(last - start).count(), 0),
+                  " s)"));
+  };
   for (const DataFile& file : dataset_files(path, split)) {
     switch (file.format) {
-      case DataFormat::Jsonl: for_each_jsonl_object(file.path, row); break;
-      case DataFormat::Parquet: for_each_parquet_row(file.path, row); break;
-      case DataFormat::Arrow: for_each_arrow_row(file.path, row); break;
+      case DataFormat::Jsonl: for_each_jsonl_object(file.path, counted); break;
+      case DataFormat::Parquet: for_each_parquet_row(file.path, counted); break;
+      case DataFormat::Arrow: for_each_arrow_row(file.path, counted); break;
     }
   }
 }
