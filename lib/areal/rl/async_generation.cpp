@@ -182,7 +182,9 @@ bool GenerationReplica::next_prompt(std::vector<int64_t>& prompt, at::Generator&
     in_flight_[next_].answers.resize(static_cast<size_t>(n_samples_));
   }
   const size_t index = plan_.prompt(next_);
-  started_prompts_.push_back(in_.train->shared(index));
+  // The group's answers share one read of their prompt.
+  started_prompts_.push_back(next_sample_ > 0 && !started_prompts_.empty() ? started_prompts_.back()
+                                                                           : in_.train->shared(index));
   prompt = started_prompts_.back()->ids;
   generator = answer_generator(cfg_.seed, plan_.step(next_), static_cast<int64_t>(index), next_sample_);
   started_.emplace_back(next_, next_sample_);

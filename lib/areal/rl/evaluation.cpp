@@ -13,15 +13,15 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
   std::vector<at::Generator> none;
   for (size_t begin = 0; begin < items.size(); begin += static_cast<size_t>(chunk)) {
     const size_t end = std::min(items.size(), begin + static_cast<size_t>(chunk));
-    std::vector<SharedPrompt> chunk;  // held while the chunk's episodes run
+    std::vector<SharedPrompt> held;  // the chunk's prompts, held while its episodes run
     std::vector<std::vector<int64_t>> prompts;
     for (size_t k = begin; k < end; ++k) {
-      chunk.push_back(data.shared(items[k]));
-      prompts.push_back(chunk.back()->ids);
+      held.push_back(data.shared(items[k]));
+      prompts.push_back(held.back()->ids);
     }
     std::vector<Generated> answers;
     if (episodes) {  // an episode scores its environment's reward
-      const EpisodeHooks hooks = episodes->hooks([&](int64_t id) { return chunk[static_cast<size_t>(id)].get(); });
+      const EpisodeHooks hooks = episodes->hooks([&](int64_t id) { return held[static_cast<size_t>(id)].get(); });
       answers = generate(model, prompts, sampling, none, nullptr, {}, hooks);
       for (size_t k = begin; k < end; ++k) {
         episodes->complete(static_cast<int64_t>(k - begin), answers[k - begin]);
@@ -36,7 +36,7 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
     std::vector<RewardCall> calls;
     for (size_t k = begin; k < end; ++k) {
       if (!mine[k]) continue;
-      const Prompt& p = *chunk[k - begin];
+      const Prompt& p = *held[k - begin];
       calls.push_back({&p.example, tokenizer.decode(answers[k - begin].tokens), p.ids, answers[k - begin].tokens});
     }
     for (double r : reward.score(calls, failures)) {
