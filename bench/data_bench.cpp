@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
   int64_t rows = 0, text_bytes = 0, disk_bytes = -1;
   if (prompts) {
     areal::ByteTokenizer bytes;
-    const areal::PromptDataset data(path, "prompt", "answer", 0, bytes, areal::prompt_template("none", bytes));
+    // A run with a built-in reward: the rows' other fields are not kept (a command reward keeps them).
+    const areal::PromptDataset data(path, "prompt", "answer", 0, bytes, areal::prompt_template("none", bytes), "train",
+                                    /*keep_rows=*/false);
     rows = static_cast<int64_t>(data.size());
     disk_bytes = static_cast<int64_t>(data.bytes_on_disk());
     for (size_t i = 0; i < data.size(); ++i) text_bytes += data[i].example.prompt.size() + data[i].example.answer.size();

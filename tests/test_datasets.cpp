@@ -148,6 +148,17 @@ TEST_CASE("datasets: the rows kept for training live in an unlinked file under T
       CHECK(data[i].example.row_json == rows[i].row_json);
       CHECK(data[i].ids == prompt_tokens(prompt_template("none", bytes), bytes, rows[i].prompt));
     }
+    // Without a command reward or environment the rows' other fields are not kept.
+    const PromptDataset lean(source_path(kData + "gsm8k_test.jsonl"), "prompt", "answer", 0, bytes,
+                             prompt_template("none", bytes), "train", /*keep_rows=*/false);
+    REQUIRE(lean.size() == data.size());
+    CHECK(lean.bytes_on_disk() < data.bytes_on_disk());
+    for (size_t i = 0; i < lean.size(); ++i) {
+      CHECK(lean[i].example.row_json.empty());
+      CHECK(lean[i].example.prompt == data[i].example.prompt);
+      CHECK(lean[i].example.answer == data[i].example.answer);
+      CHECK(lean[i].ids == data[i].ids);
+    }
   }
   ::setenv("TMPDIR", (folder / "missing").c_str(), 1);
   CHECK_THROWS_WITH(RecordStore(), Contains("cannot make the dataset's row file in " + (folder / "missing").string()) &&

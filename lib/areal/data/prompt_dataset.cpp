@@ -26,8 +26,9 @@ std::vector<char> record_of(const PromptExample& e, const std::vector<int64_t>& 
 
 PromptDataset::PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
                              int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
-                             const std::string& split) {
+                             const std::string& split, bool keep_rows) {
   auto add = [&](PromptExample example) {
+    if (!keep_rows) example.row_json.clear();  // the reward sees {"answer": ...} then, as for built-in tasks
     std::vector<int64_t> ids;
     try {
       ids = prompt_tokens(tmpl, tokenizer, example.prompt, example.messages_json);

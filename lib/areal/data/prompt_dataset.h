@@ -27,10 +27,11 @@ using SharedPrompt = std::shared_ptr<const Prompt>;
 class PromptDataset {
  public:
   // Throws std::runtime_error naming the file and row for unreadable rows. `split`
-  // picks the split of a folder.
+  // picks the split of a folder. `keep_rows`: keep each row's JSON (example.row_json)
+  // for a command reward or environment; without one only the prompt and answer matter.
   PromptDataset(const std::string& path, const std::string& prompt_key, const std::string& answer_key,
                 int64_t max_length, const Tokenizer& tokenizer, const PromptTemplate& tmpl,
-                const std::string& split = "train");
+                const std::string& split = "train", bool keep_rows = true);
 
   size_t size() const { return rows_.size(); }
   int64_t skipped() const { return skipped_; }

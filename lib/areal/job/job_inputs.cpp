@@ -106,17 +106,19 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   const bool generates = !allocation.separate || !allocation.trains(me.rank);
   if (generates) in.reward = std::make_unique<Rewarder>(cfg.reward_fn, cfg.reward_workers, cfg.reward_timeout);
 
+  // Only a command (reward_fn or env) sees a row's other fields: otherwise they are not kept.
+  const bool keep_rows = starts_with(cfg.reward_fn, "command:") || starts_with(cfg.env, "command:");
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
     return std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, in.tmpl,
-                                           split_of(td, "train"));
+                                           split_of(td, "train"), keep_rows);
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
   if (!cfg.valid_dataset.path.empty()) {
     const DatasetConfig& vd = cfg.valid_dataset;
     in.valid = loaded_for("valid_dataset.path", [&] {
       return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl,
-                                             split_of(vd, "test"));
+                                             split_of(vd, "test"), keep_rows);
     });
   }
 
