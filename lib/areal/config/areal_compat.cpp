@@ -128,6 +128,10 @@ std::string refused_areal_key_reason(const std::string& name) {
   return k ? k->reason : "";
 }
 
+bool listed_areal_key(const std::string& name) {
+  return refused_areal_key(name) != nullptr || !ignored_areal_key_reason(name).empty();
+}
+
 bool refused_areal_key_accepts(const std::string& name, const std::string& value) {
   const RefusedKey* k = refused_areal_key(name);
   return k && std::find(k->same.begin(), k->same.end(), value) != k->same.end();

@@ -39,6 +39,9 @@ struct RefusedKey {
 const std::vector<RefusedKey>& refused_areal_keys();
 // Why AReaL's key `name` (a dotted leaf or a section) is refused, or "".
 std::string refused_areal_key_reason(const std::string& name);
+// True when `name` is one of AReaL's keys listed as ignored or refused.
+bool listed_areal_key(const std::string& name);
+
 // True when `value` of the refused key `name` asks for what areal-train does anyway.
 bool refused_areal_key_accepts(const std::string& name, const std::string& value);
 

@@ -55,9 +55,7 @@ std::vector<Override> take_areal_spellings(std::vector<std::string>& args) {
       continue;
     }
     const std::string key = key_of(arg);
-    const bool areal = !find_option(key) && (find_option(canonical_option_name(key)) ||
-                                             !ignored_areal_key_reason(key).empty() ||
-                                             !refused_areal_key_reason(key).empty());
+    const bool areal = !find_option(key) && (find_option(canonical_option_name(key)) || listed_areal_key(key));
     if (!areal) {
       rest.push_back(arg);
       continue;

@@ -168,7 +168,7 @@ void collect_unlisted(const YAML::Node& node, const std::string& prefix, const s
     const std::string written = areal_prefix.empty() ? key : areal_prefix + "." + key;
     const std::string name = canonical_option_name(prefix.empty() ? key : prefix + "." + key);
     if (find_option(name)) continue;
-    if (!refused_areal_key_reason(written).empty() || !ignored_areal_key_reason(written).empty()) continue;
+    if (listed_areal_key(written)) continue;
     if (is_group(name) && entry.second.IsMap()) collect_unlisted(entry.second, name, written, out);
     else if (!(is_group(name) && entry.second.IsNull())) out.push_back(written);
   }
