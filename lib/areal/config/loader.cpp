@@ -63,6 +63,26 @@ bool is_off(const YAML::Node& value) {
   return text == "false" || text == "False" || text == "null" || text == "~";
 }
 
+// An AReaL key listed as refused or ignored (areal_compat.h), from a file or the command
+// line (`where`): noted in `ignored` and true, or refused with why when it turns on
+// something areal-train does not have; false when it is not listed. `off`: the value is
+// null or false.
+bool take_listed_key(const std::string& key, const YAML::Node& value, bool off, const std::string& where,
+                     IgnoredKeys& ignored) {
+  if (std::string why = refused_areal_key_reason(key); !why.empty()) {
+    const std::string text = value.IsScalar() ? value.Scalar() : "";
+    const bool same = !text.empty() && refused_areal_key_accepts(key, text);
+    if (!off && !same) throw ConfigError(cat(where, ": '", key, "'", text.empty() ? "" : " = " + text, ": ", why));
+    ignored.add(key, value, (same ? "what areal-train does; " : "off; ") + why);
+    return true;
+  }
+  if (std::string why = ignored_areal_key_reason(key); !why.empty()) {
+    ignored.add(key, value, why);
+    return true;
+  }
+  return false;
+}
+
 // Walks nested YAML maps, turning `fsdp: {memory_efficient_load: true}` into
 // "fsdp.memory_efficient_load" -> "true" with the position of the value.
 // AReaL's spellings map onto the options (canonical_option_name), AReaL's keys of
@@ -76,20 +96,8 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
     const std::string name = canonical_option_name(prefix.empty() ? key : prefix + "." + key);
     const YAML::Node& value = entry.second;
     const std::string where = mark_of(source, entry.first.Mark());
-    if (!find_option(name) && !is_group(name)) {
-      if (std::string why = refused_areal_key_reason(written); !why.empty()) {
-        const std::string text = value.IsScalar() ? value.as<std::string>() : "";
-        const bool same = !text.empty() && refused_areal_key_accepts(written, text);
-        if (!is_off(value) && !same)
-          throw ConfigError(cat(where, ": '", written, "'", text.empty() ? "" : " = " + text, ": ", why));
-        ignored.add(written, value, (same ? "what areal-train does; " : "off; ") + why);
-        continue;
-      }
-      if (std::string why = ignored_areal_key_reason(written); !why.empty()) {
-        ignored.add(written, value, why);
-        continue;
-      }
-    }
+    if (!find_option(name) && !is_group(name) && take_listed_key(written, value, is_off(value), where, ignored))
+      continue;
     const OptionalSection* section = optional_section(name);
     if (value.IsNull() && section) {  // AReaL's `reward_norm: null`: no normalization
       for (const std::string& sw : section->switches)
@@ -259,17 +267,7 @@ Config build(Layer layer, IgnoredKeys ignored, const std::vector<Override>& over
     const std::string name = canonical_option_name(o.key);
     const OptionSpec* spec = find_option(name);
     if (!spec) {
-      if (std::string why = refused_areal_key_reason(o.key); !why.empty()) {
-        const bool same = refused_areal_key_accepts(o.key, o.value);
-        if (!is_off(YAML::Load(o.value)) && !same)
-          throw ConfigError(cat("command line: '", o.key, "' = ", o.value, ": ", why));
-        ignored.add(o.key, YAML::Node(o.value), (same ? "what areal-train does; " : "off; ") + why);
-        continue;
-      }
-      if (std::string why = ignored_areal_key_reason(o.key); !why.empty()) {
-        ignored.add(o.key, YAML::Node(o.value), why);
-        continue;
-      }
+      if (take_listed_key(o.key, YAML::Node(o.value), is_off(YAML::Load(o.value)), "command line", ignored)) continue;
       std::string what = is_group(o.key) ? "is a group, not an option" : "is not an option";
       throw ConfigError(cat("command line: '", o.key, "' ", what, suggest_option(o.key)));
     }

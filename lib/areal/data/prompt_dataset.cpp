@@ -5,20 +5,18 @@
 
 #include "areal/data/dataset_files.h"
 #include "areal/data/row_schema.h"
-#include "areal/util/byte_stream.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 namespace {
 
-// Tokens are ids below 2^31 (every vocabulary): 4 bytes each on disk.
 std::vector<char> record_of(const PromptExample& e, const std::vector<int64_t>& ids) {
   ByteWriter w;
   w.put_string(e.prompt);
   w.put_string(e.answer);
   w.put_string(e.row_json);
   w.put_string(e.messages_json);
-  w.put_vector(std::vector<int32_t>(ids.begin(), ids.end()));
+  put_token_ids(w, ids);
   return w.take();
 }
 
@@ -61,8 +59,7 @@ Prompt PromptDataset::operator[](size_t i) const {
   p.example.answer = r.get_string();
   p.example.row_json = r.get_string();
   p.example.messages_json = r.get_string();
-  const std::vector<int32_t> ids = r.get_vector<int32_t>();
-  p.ids.assign(ids.begin(), ids.end());
+  p.ids = get_token_ids(r);
   return p;
 }
 

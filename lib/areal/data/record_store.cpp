@@ -23,6 +23,15 @@ std::string temp_folder() {
 
 }  // namespace
 
+void put_token_ids(ByteWriter& w, const std::vector<int64_t>& ids) {
+  w.put_vector(std::vector<int32_t>(ids.begin(), ids.end()));
+}
+
+std::vector<int64_t> get_token_ids(ByteReader& r) {
+  const std::vector<int32_t> ids = r.get_vector<int32_t>();
+  return {ids.begin(), ids.end()};
+}
+
 RecordStore::RecordStore() : folder_(temp_folder()) {
   std::string name = folder_ + "/areal-dataset-XXXXXX";
   fd_ = mkostemp(name.data(), O_CLOEXEC);  // reward and environment workers do not inherit it

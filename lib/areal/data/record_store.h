@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "areal/util/byte_stream.h"
+
 namespace areal {
+
+// Token ids in a record: every vocabulary's ids are below 2^31, so 4 bytes each.
+void put_token_ids(ByteWriter& w, const std::vector<int64_t>& ids);
+std::vector<int64_t> get_token_ids(ByteReader& r);
 
 class RecordStore {
  public:

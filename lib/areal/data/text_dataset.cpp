@@ -5,7 +5,6 @@
 #include "areal/data/builtin_tasks.h"
 #include "areal/data/dataset_files.h"
 #include "areal/data/row_schema.h"
-#include "areal/util/byte_stream.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -18,8 +17,8 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
       ++skipped_;
       return;
     }
-    ByteWriter w;  // token ids are below 2^31: 4 bytes each on disk
-    w.put_vector(std::vector<int32_t>(sequence.ids.begin(), sequence.ids.end()));
+    ByteWriter w;
+    put_token_ids(w, sequence.ids);
     std::vector<int64_t> spans;
     for (const auto& [begin, end] : sequence.loss_spans) spans.insert(spans.end(), {begin, end});
     w.put_vector(spans);
@@ -64,8 +63,7 @@ SftSequence TextDataset::sequence(size_t i) const {
   const std::vector<char> record = rows_.read(i);
   ByteReader r(record);
   SftSequence s;
-  const std::vector<int32_t> ids = r.get_vector<int32_t>();
-  s.ids.assign(ids.begin(), ids.end());
+  s.ids = get_token_ids(r);
   const std::vector<int64_t> spans = r.get_vector<int64_t>();
   for (size_t k = 0; k + 1 < spans.size(); k += 2) s.loss_spans.emplace_back(spans[k], spans[k + 1]);
   return s;
