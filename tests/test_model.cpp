@@ -25,7 +25,7 @@ const std::string kFixtures = source_path("tests/fixtures/models");
 const std::vector<std::string> kModels = {"qwen2_tied", "qwen2_untied", "qwen3",      "llama",  "llama_mha_bias",
                                           "llama31",    "qwen2_linear", "qwen2_yarn", "mistral", "gemma2",
                                           "gemma3_text", "mistral_window", "gemma3_window", "qwen2_window",
-                                          "llama_dynamic"};
+                                          "llama_dynamic", "qwen3_moe", "qwen3_moe_step", "mixtral"};
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
@@ -57,7 +57,7 @@ std::string load_error(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("model: logits match transformers for Qwen2, Qwen3, LLaMA, Mistral and Gemma 2/3", "[model][parity]") {
+TEST_CASE("model: logits match transformers for Qwen2, Qwen3, LLaMA, Mistral, Gemma 2/3, Qwen3-MoE and Mixtral", "[model][parity]") {
   for (const auto& name : kModels) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
@@ -115,7 +115,7 @@ TEST_CASE("model: prefill then one token at a time gives the full forward's logi
   at::NoGradGuard no_grad;
   // The rope-scaled ones decode past their original_max_position_embeddings.
   for (const auto& name : {"qwen2_untied", "qwen3", "llama", "llama31", "qwen2_yarn", "mistral", "gemma2", "gemma3_text",
-                           "mistral_window", "gemma3_window", "qwen2_window"}) {
+                           "mistral_window", "gemma3_window", "qwen2_window", "qwen3_moe", "mixtral"}) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
     at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
@@ -218,8 +218,8 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
                Contains("mlp_bias=true is not supported"));
     // Mixture-of-experts and vision-language families, named as such.
     for (const auto& [type, hint] : std::vector<std::pair<std::string, std::string>>{
-             {"qwen3_moe", "mixture-of-experts models are not supported"},
-             {"mixtral", "mixture-of-experts models are not supported"},
+             {"qwen2_moe", "of the mixture-of-experts families only qwen3_moe and mixtral are supported"},
+             {"deepseek_v3", "of the mixture-of-experts families only qwen3_moe and mixtral are supported"},
              {"qwen2_5_vl", "vision-language models are not supported"},
              {"gemma3", "for Gemma 3's text model: gemma3_text"}}) {
       CHECK_THAT(load_error(edited_copy(dir, "llama", [&](std::string t) {

@@ -83,7 +83,9 @@ void zero_shard_grads(ShardedModel& model) {
 // backward (actor.gradient_checkpointing).
 TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine]") {
   // gemma2 / gemma3_text: scaled embeddings (outside the embed unit), four norms, soft-caps.
-  for (const auto& name : {"qwen2_tied", "llama", "qwen3", "mistral", "gemma2", "gemma3_text", "gemma3_window"})
+  // qwen3_moe, mixtral: routed experts (a token's gradient reaches only its experts).
+  for (const auto& name : {"qwen2_tied", "llama", "qwen3", "mistral", "gemma2", "gemma3_text", "gemma3_window",
+                           "qwen3_moe", "mixtral"})
     for (bool checkpointing : {false, true}) {
     INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
     const std::string path = kFixtures + "/" + name;

@@ -26,7 +26,7 @@ namespace {
 
 const std::string kFixtures = source_path("tests/fixtures/models");
 
-// Bytes a rank of a group of t holds: the norms whole, a row-parallel bias on the
+// Bytes a rank of a group of t holds: the norms and routers whole, a row-parallel bias on the
 // group's first rank only, k/v projections for one key/value head when there are fewer
 // than t, every other weight split in t.
 int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
@@ -36,6 +36,7 @@ int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
     const std::string& name = p.key();
     const int64_t n = p.value().numel();
     if (name.find("norm") != std::string::npos) elements += n;
+    else if (name.find(".gate.weight") != std::string::npos) elements += n;  // an MoE router: whole on every rank
     else if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos)
       elements += kv_heads >= t ? n / t : n / kv_heads;
     else if (name.find("o_proj.bias") != std::string::npos) elements += group_rank == 0 ? n : 0;
@@ -54,7 +55,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
   // *_window: sliding windows of 4 tokens in the prefill and the paged decode.
   for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen2_yarn", "mistral", "gemma2",
                            "gemma3_text", "mistral_window", "gemma3_window", "llama_dynamic", "llama31",
-                           "qwen2_linear"}) {
+                           "qwen2_linear", "qwen3_moe", "mixtral"}) {
     const std::string path = kFixtures + "/" + name;
     auto whole = load_causal_lm(path, at::kFloat);
     const ModelConfig& c = whole->config();

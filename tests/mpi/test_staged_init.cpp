@@ -78,7 +78,8 @@ std::vector<std::string> stage_names(const InitResult& init) {
 }  // namespace
 
 TEST_CASE("staged init: gathered weights equal the checkpoint on both paths", "[mpi][init]") {
-  for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias"}) check_both_paths(kFixtures + "/" + name);
+  for (const auto& name : {"qwen2_tied", "qwen2_untied", "qwen3", "llama_mha_bias", "qwen3_moe", "mixtral"})
+    check_both_paths(kFixtures + "/" + name);
   // The stages are reported in order with their names: the sliced path sends nothing.
   const std::string path = kFixtures + "/qwen2_tied";
   CHECK(stage_names(staged_init(config_for(path, true), g_me, *g_comm)) ==

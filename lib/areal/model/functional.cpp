@@ -118,6 +118,45 @@ at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k
   return at::matmul(probs, vals);
 }
 
+ExpertRouting route_tokens(const ModelConfig& c, const at::Tensor& router_weight, const at::Tensor& tokens) {
+  ExpertRouting r;
+  r.logits = at::linear(tokens, router_weight);
+  std::tie(r.weights, r.experts) = at::softmax(r.logits, -1, at::kFloat).topk(c.num_experts_per_tok, -1);
+  if (c.norm_topk_prob) r.weights = r.weights / r.weights.sum(-1, /*keepdim=*/true);
+  // transformers: Qwen3-MoE weighs the experts' outputs in the compute dtype, Mixtral in float32.
+  if (c.model_type != "mixtral") r.weights = r.weights.to(r.logits.scalar_type());
+  return r;
+}
+
+at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
+                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear) {
+  using P = ModelConfig::ExpertProjection;
+  const at::Tensor tokens = x.reshape({-1, x.size(-1)});
+  const ExpertRouting routing = route_tokens(c, w(c.router_weight()), tokens);
+  // The (token, choice) pairs sorted by expert: each expert's tokens are one contiguous
+  // run, gathered once and computed as one product per projection.
+  const int64_t k = c.num_experts_per_tok;
+  const at::Tensor choices = routing.experts.reshape({-1});
+  const at::Tensor order = at::argsort(choices, /*stable=*/true, /*dim=*/0);
+  const at::Tensor token_of = order.div(k, "floor");
+  const at::Tensor weight_of = routing.weights.reshape({-1}).index_select(0, order);
+  const at::Tensor counts = at::bincount(choices, {}, c.num_experts).to(at::kCPU);
+  const int64_t* count = counts.data_ptr<int64_t>();
+  std::vector<at::Tensor> outputs;  // each expert's weighted outputs, in the sorted order
+  int64_t begin = 0;
+  for (int64_t e = 0; e < c.num_experts; begin += count[e], ++e) {
+    if (count[e] == 0) continue;
+    const at::Tensor in = tokens.index_select(0, token_of.narrow(0, begin, count[e]));
+    auto name = [](const std::string& weight) { return weight.substr(0, weight.size() - std::string(".weight").size()); };
+    at::Tensor h = at::silu(linear(in, name(c.expert_weight(e, P::Gate)))) * linear(in, name(c.expert_weight(e, P::Up)));
+    outputs.push_back(linear(h, name(c.expert_weight(e, P::Down))) * weight_of.narrow(0, begin, count[e]).unsqueeze(1));
+  }
+  // Back to (token, choice) order and summed over the choices in one reduction (float32
+  // accumulation for bfloat16, the same order on every device), as transformers sums them.
+  const at::Tensor unsorted = at::cat(outputs).index_select(0, at::argsort(order));
+  return unsorted.view({tokens.size(0), k, tokens.size(1)}).sum(1).to(x.scalar_type()).view(x.sizes());
+}
+
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
                          const PartialSumReduce& reduce) {
@@ -173,9 +212,14 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
 
   at::Tensor m = model_norm(c, after_attention, w(c.gemma ? "pre_feedforward_layernorm.weight"
                                                            : "post_attention_layernorm.weight"));
-  at::Tensor gate = linear(m, "mlp.gate_proj");
-  gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);
-  at::Tensor mlp = linear(gate * linear(m, "mlp.up_proj"), "mlp.down_proj");
+  at::Tensor mlp;
+  if (c.layer_is_sparse(layer)) {
+    mlp = expert_mixture(c, w, m, linear);
+  } else {
+    at::Tensor gate = linear(m, "mlp.gate_proj");
+    gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);
+    mlp = linear(gate * linear(m, "mlp.up_proj"), "mlp.down_proj");
+  }
   if (reduce) reduce(mlp);
   if (c.gemma) mlp = model_norm(c, mlp, w("post_feedforward_layernorm.weight"));
   return after_attention + mlp;

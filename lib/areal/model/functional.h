@@ -80,6 +80,20 @@ at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWe
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {});
 
+// A sparse layer's router on tokens [N, hidden]: logits [N, experts], and each token's
+// top num_experts_per_tok experts [N, k] (int64) with their weights [N, k] (softmax
+// probabilities, renormalized with norm_topk_prob), as transformers routes.
+struct ExpertRouting {
+  at::Tensor logits, experts, weights;
+};
+ExpertRouting route_tokens(const ModelConfig& config, const at::Tensor& router_weight, const at::Tensor& tokens);
+
+// A sparse layer's MLP on x [..., hidden]: each token through its routed experts, weighted
+// and summed; every expert's tokens in one product per projection, none dropped.
+// `linear(in, name)` applies the layer's linear `name` (with its LoRA adapter when set).
+at::Tensor expert_mixture(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
+                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear);
+
 // Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,
                      const at::Tensor& hidden);

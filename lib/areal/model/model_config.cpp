@@ -25,18 +25,67 @@ int64_t required_int(const nlohmann::json& j, const char* key, const std::string
   return j[key].get<int64_t>();
 }
 
-// Families refused by name: mixture-of-experts and vision-language models.
+// Families refused by name: the other mixture-of-experts families (shared experts,
+// DeepSeek's latent attention) and vision-language models.
 std::string refused_family_hint(const std::string& model_type) {
-  const bool moe = model_type.find("moe") != std::string::npos || model_type == "mixtral" ||
-                   model_type.find("deepseek") != std::string::npos;
+  const bool moe = model_type.find("moe") != std::string::npos || model_type.find("deepseek") != std::string::npos;
   const bool vl = model_type.find("_vl") != std::string::npos || model_type.find("vision") != std::string::npos ||
                   model_type == "llava" || model_type == "gemma3" || model_type == "mllama";
-  if (moe) return "; mixture-of-experts models are not supported";
+  if (moe) return "; of the mixture-of-experts families only qwen3_moe and mixtral are supported";
   if (vl) return "; vision-language models are not supported (for Gemma 3's text model: gemma3_text)";
   return "";
 }
 
+// The mixture's shape: Qwen3-MoE's num_experts (transformers 5 writes num_local_experts),
+// moe_intermediate_size, norm_topk_prob, decoder_sparse_step and mlp_only_layers;
+// Mixtral's num_local_experts with intermediate_size per expert, every layer sparse,
+// top-k weights always renormalized.
+void read_experts(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  if (c.model_type != "qwen3_moe" && c.model_type != "mixtral") return;
+  const char* count_key = j.contains("num_experts") && !j["num_experts"].is_null() ? "num_experts" : "num_local_experts";
+  c.num_experts = required_int(j, count_key, source);
+  c.num_experts_per_tok = required_int(j, "num_experts_per_tok", source);
+  if (c.num_experts_per_tok > c.num_experts)
+    throw CheckpointError(cat(source, ": num_experts_per_tok (", c.num_experts_per_tok, ") is more than the ",
+                              c.num_experts, " experts"));
+  c.router_aux_loss_coef = j.value("router_aux_loss_coef", 0.001);
+  c.output_router_logits = flag(j, "output_router_logits");
+  if (c.model_type == "mixtral") {
+    c.moe_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+    c.sparse_layers.assign(static_cast<size_t>(c.num_hidden_layers), true);
+    if (j.contains("router_jitter_noise") && j["router_jitter_noise"].is_number() &&
+        j["router_jitter_noise"].get<double>() != 0)
+      throw CheckpointError(cat(source, ": router_jitter_noise other than 0 is not supported (mixtral)"));
+    return;
+  }
+  c.moe_intermediate_size = required_int(j, "moe_intermediate_size", source);
+  c.norm_topk_prob = flag(j, "norm_topk_prob");
+  const int64_t step = j.contains("decoder_sparse_step") ? required_int(j, "decoder_sparse_step", source) : 1;
+  std::vector<bool> dense(static_cast<size_t>(c.num_hidden_layers), false);
+  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+    for (const auto& layer : j["mlp_only_layers"]) {
+      if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.num_hidden_layers)
+        throw CheckpointError(cat(source, ": mlp_only_layers holds ", layer.dump(), ", not a layer of the ",
+                                  c.num_hidden_layers));
+      dense[layer.get<size_t>()] = true;
+    }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    c.sparse_layers.push_back(!dense[static_cast<size_t>(i)] && (i + 1) % step == 0);
+}
+
 }  // namespace
+
+std::string ModelConfig::router_weight() const {
+  return model_type == "mixtral" ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
+}
+
+std::string ModelConfig::expert_weight(int64_t expert, ExpertProjection projection) const {
+  const bool mixtral = model_type == "mixtral";
+  const char* names[3][2] = {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
+  return cat(mixtral ? "block_sparse_moe" : "mlp", ".experts.", expert, ".",
+             names[static_cast<int>(projection)][mixtral ? 1 : 0], ".weight");
+}
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -44,10 +93,12 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   ModelConfig c;
   c.json_text = text;
   c.model_type = j.value("model_type", "");
-  static const std::vector<std::string> kTypes = {"qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text"};
+  static const std::vector<std::string> kTypes = {"qwen2",       "qwen3",     "llama",  "mistral",
+                                                  "gemma2",      "gemma3_text", "qwen3_moe", "mixtral"};
   if (std::find(kTypes.begin(), kTypes.end(), c.model_type) == kTypes.end())
     throw CheckpointError(cat(source, ": model_type '", c.model_type, "' is not supported (supported: qwen2, qwen3, "
-                              "llama, mistral, gemma2, gemma3_text)", refused_family_hint(c.model_type)));
+                              "llama, mistral, gemma2, gemma3_text, qwen3_moe, mixtral)",
+                              refused_family_hint(c.model_type)));
   c.gemma = c.model_type == "gemma2" || c.model_type == "gemma3_text";
   auto refuse = [&](const std::string& what) {
     throw CheckpointError(cat(source, ": ", what, " is not supported (", c.model_type, ")"));
@@ -145,7 +196,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   }
   // Sliding windows: Mistral's and Gemma's apply to every (Gemma: every sliding) layer;
   // Qwen2/3's (use_sliding_window) to the layers from max_window_layers on.
-  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3";
+  const bool qwen = c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   const bool slides = qwen ? flag(j, "use_sliding_window") : true;
   if (slides && j.contains("sliding_window") && j["sliding_window"].is_number_integer())
     c.sliding_window = j["sliding_window"].get<int64_t>();
@@ -163,7 +214,8 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   const bool attention_bias = flag(j, "attention_bias");
   c.qkv_bias = c.model_type == "qwen2" || attention_bias;
   c.o_bias = c.model_type != "qwen2" && attention_bias;
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "gemma3_text";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe" || c.model_type == "gemma3_text";
+  read_experts(c, j, source);
   if (j.contains("dtype") && j["dtype"].is_string()) c.torch_dtype = j["dtype"];
   else if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"];
   return c;
@@ -183,8 +235,12 @@ int64_t ModelConfig::num_parameters() const {
   if (qkv_bias) attention += q + 2 * kv;
   if (o_bias) attention += hidden_size;
   if (qk_norm) attention += 2 * head_dim;
-  const int64_t layer = attention + 3 * hidden_size * intermediate_size + (gemma ? 4 : 2) * hidden_size;
-  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + hidden_size;
+  const int64_t dense_mlp = 3 * hidden_size * intermediate_size;
+  const int64_t sparse_mlp = num_experts * (hidden_size + 3 * hidden_size * moe_intermediate_size);  // router + experts
+  int64_t layers = 0;
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    layers += attention + (layer_is_sparse(i) ? sparse_mlp : dense_mlp) + (gemma ? 4 : 2) * hidden_size;
+  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + layers + hidden_size;
 }
 
 }  // namespace areal

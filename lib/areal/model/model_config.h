@@ -23,7 +23,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "qwen2", "qwen3", "llama", "mistral", "gemma2" or "gemma3_text"
+  std::string model_type;  // "qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "qwen3_moe" or "mixtral"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -54,6 +54,29 @@ struct ModelConfig {
   double attn_logit_softcapping = 0;     // Gemma 2: tanh(s / c) * c on attention scores; 0: none
   double final_logit_softcapping = 0;    // Gemma 2: the same on the logits
   double rope_local_theta = 0;           // Gemma 3: the sliding layers' rope base (default rope); 0: none
+
+  // Mixture of experts (qwen3_moe, mixtral): a sparse layer's MLP is a router over
+  // num_experts experts of moe_intermediate_size; each token takes the top
+  // num_experts_per_tok by softmax probability, weighted by them (renormalized to sum 1
+  // with norm_topk_prob; Mixtral always). Qwen3-MoE's dense layers (mlp_only_layers,
+  // decoder_sparse_step) keep an MLP of intermediate_size.
+  int64_t num_experts = 0;  // 0: a dense model
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::vector<bool> sparse_layers;      // which layers are mixtures (empty for a dense model)
+  double router_aux_loss_coef = 0;      // the load-balancing loss's weight (with output_router_logits)
+  bool output_router_logits = false;
+
+  bool layer_is_sparse(int64_t layer) const {
+    return num_experts > 0 && sparse_layers.at(static_cast<size_t>(layer));
+  }
+  // A sparse layer's weight names inside the layer, as the Hub writes them: Qwen3-MoE's
+  // mlp.gate / mlp.experts.<e>.{gate,up,down}_proj, Mixtral's block_sparse_moe.gate /
+  // block_sparse_moe.experts.<e>.{w1,w3,w2}.
+  enum class ExpertProjection { Gate, Up, Down };
+  std::string router_weight() const;
+  std::string expert_weight(int64_t expert, ExpertProjection projection) const;
 
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));

@@ -40,10 +40,24 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::Tensor
     norm(*this, "pre_feedforward_layernorm", c.hidden_size);
     norm(*this, "post_feedforward_layernorm", c.hidden_size);
   }
-  auto mlp = holder(*this, "mlp");
-  linear(*mlp, "gate_proj", c.hidden_size, c.intermediate_size, false);
-  linear(*mlp, "up_proj", c.hidden_size, c.intermediate_size, false);
-  linear(*mlp, "down_proj", c.intermediate_size, c.hidden_size, false);
+  if (c.layer_is_sparse(index)) {  // the router and one MLP per expert, by the Hub's names
+    auto block = holder(*this, c.model_type == "mixtral" ? "block_sparse_moe" : "mlp");
+    linear(*block, "gate", c.hidden_size, c.num_experts, false);
+    auto experts = holder(*block, "experts");
+    const bool mixtral = c.model_type == "mixtral";
+    const int64_t width = c.moe_intermediate_size;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      auto expert = holder(*experts, std::to_string(e));
+      linear(*expert, mixtral ? "w1" : "gate_proj", c.hidden_size, width, false);
+      linear(*expert, mixtral ? "w2" : "down_proj", width, c.hidden_size, false);
+      linear(*expert, mixtral ? "w3" : "up_proj", c.hidden_size, width, false);
+    }
+  } else {
+    auto mlp = holder(*this, "mlp");
+    linear(*mlp, "gate_proj", c.hidden_size, c.intermediate_size, false);
+    linear(*mlp, "up_proj", c.hidden_size, c.intermediate_size, false);
+    linear(*mlp, "down_proj", c.intermediate_size, c.hidden_size, false);
+  }
   for (const auto& item : named_parameters()) weights_[item.key()] = item.value();
 }
 

@@ -15,6 +15,8 @@ void check_tensor_parallel(const ModelConfig& c, int64_t t) {
   };
   if (c.num_attention_heads % t != 0) refuse(c.num_attention_heads, "attention heads (num_attention_heads)");
   if (c.intermediate_size % t != 0) refuse(c.intermediate_size, "MLP channels (intermediate_size)");
+  if (c.num_experts > 0 && c.moe_intermediate_size % t != 0)
+    refuse(c.moe_intermediate_size, "channels of each expert (moe_intermediate_size)");
   // Fewer key/value heads than ranks: each is replicated on t / kv_heads ranks.
   const int64_t kv = c.num_key_value_heads;
   if (kv % t != 0 && t % kv != 0) refuse(kv, "key/value heads (num_key_value_heads; t must divide them or be a multiple)");
@@ -57,6 +59,7 @@ RolloutModel::RolloutModel(const ModelConfig& config, size_t units, const UnitSo
   local_.num_attention_heads /= tensor_parallel_;
   local_.num_key_value_heads = tensor_parallel_kv_heads(config_, tensor_parallel_);
   local_.intermediate_size /= tensor_parallel_;
+  local_.moe_intermediate_size /= tensor_parallel_;  // each expert split like the dense MLP; the router whole
   vocab_rows_ = (config_.vocab_size + tensor_parallel_ - 1) / tensor_parallel_;
   vocab_begin_ = rank_ * vocab_rows_;
   options_ = at::TensorOptions().dtype(dtype).device(device);
@@ -102,7 +105,7 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
   auto [layer, inside] = split_layer_name(name);
   if (layer < 0) throw std::invalid_argument(cat("RolloutModel: unexpected weight '", name, "'"));
   const int64_t q = local_.num_attention_heads * config_.head_dim, kv = local_.num_key_value_heads * config_.head_dim;
-  const int64_t mlp = local_.intermediate_size;
+  const int64_t mlp = local_.intermediate_size, expert = local_.moe_intermediate_size;
   // The key/value heads of this rank's query heads: its 1/t, or the one it shares with
   // the other ranks of its query-head group when there are fewer than t.
   const int64_t first_kv = r * config_.num_key_value_heads / t * config_.head_dim;
@@ -116,6 +119,10 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     else if (inside == "self_attn.o_proj.weight") slice = columns(q);
     else if (starts_with(inside, "mlp.gate_proj.") || starts_with(inside, "mlp.up_proj.")) slice = rows(mlp);
     else if (inside == "mlp.down_proj.weight") slice = columns(mlp);
+    else if (inside.find(".experts.") != std::string::npos) {  // gate_proj/up_proj (w1/w3) by rows, down_proj (w2) by columns
+      const bool down = ends_with(inside, ".down_proj.weight") || ends_with(inside, ".w2.weight");
+      slice = down ? columns(expert) : rows(expert);
+    }
     // A row-parallel bias is added once, by the group's first rank, before the sum.
     else if (inside == "self_attn.o_proj.bias" || inside == "mlp.down_proj.bias") slice = r == 0 ? whole : at::Tensor();
   }
