@@ -194,6 +194,36 @@ TEST_CASE("16-bit sums are accumulated in float32 and rounded once", "[mpi][coll
   }
 }
 
+TEST_CASE("all_to_all with uneven counts (zeros too), every dtype", "[mpi][collectives][all_to_all]") {
+  // Rank r sends `count(r, p)` elements to rank p: 0-3 times `scale`, so some pairs send nothing.
+  with_and_without_splitting([] {
+    const int n = g_me.world_size, me = g_me.rank;
+    for (int64_t scale : {1, 37})
+      for (auto t : kDtypes) {
+        auto count = [&](int from, int to) { return (from * 3 + to * 5 + 1) % 4 * scale; };
+        std::vector<int64_t> send_counts, recv_counts;
+        std::vector<at::Tensor> parts;
+        for (int p = 0; p < n; ++p) {
+          send_counts.push_back(count(me, p));
+          recv_counts.push_back(count(p, me));
+          parts.push_back(pattern(me, count(me, p), t, /*first=*/1000 * p));  // what p gets from me
+        }
+        CHECK(g_comm->exchange_counts(send_counts) == recv_counts);
+        at::Tensor send = at::cat(parts), recv = on_device(at::full({0}, 0, t));
+        int64_t total = 0;
+        for (int64_t c : recv_counts) total += c;
+        recv = on_device(at::zeros({total}, t));
+        g_comm->all_to_all(send, send_counts, recv, recv_counts);
+        int64_t at_ = 0;
+        for (int p = 0; p < n; ++p) {
+          INFO("from rank " << p << ", scale " << scale);
+          check_equal(recv.narrow(0, at_, recv_counts[p]), pattern(p, recv_counts[p], t, 1000 * me));
+          at_ += recv_counts[p];
+        }
+      }
+  });
+}
+
 TEST_CASE("barrier returns on every rank", "[mpi][collectives]") {
   for (int i = 0; i < 3; ++i) g_comm->barrier();
   SUCCEED();
@@ -216,6 +246,14 @@ TEST_CASE("bad inputs are refused before any communication", "[mpi][errors]") {
   CHECK_THROWS_WITH(g_comm->broadcast(x, n), Contains("root"));
   at::Tensor shard = at::zeros({5}, at::kFloat);
   CHECK_THROWS_WITH(g_comm->reduce_scatter(out, shard, ReduceOp::Sum), Contains("reduce_scatter"));
+  const std::vector<int64_t> ones(static_cast<size_t>(n), 1);
+  at::Tensor few = at::zeros({n}, at::kFloat), other = at::zeros({n}, at::kFloat);
+  if (n > 1) CHECK_THROWS_WITH(g_comm->all_to_all(few, {1}, other, ones), Contains("needs one per rank"));
+  std::vector<int64_t> too_many = ones;
+  too_many[0] += 1;
+  CHECK_THROWS_WITH(g_comm->all_to_all(few, too_many, other, ones),
+                    Contains("send_counts adds up to") && Contains("but send has"));
+  CHECK_THROWS_WITH(g_comm->all_to_all(few, ones, ints, ones), Contains("is Float but recv is Long"));
   // The communicator still works after refusing.
   at::Tensor ok = at::ones({3}, at::kFloat);
   g_comm->all_reduce(ok, ReduceOp::Sum);

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <vector>
 
 #include "areal/dist/communicator.h"
 
@@ -18,6 +19,8 @@ class CommBackend {
   virtual void all_gather(const at::Tensor& shard, at::Tensor& out_full) = 0;
   virtual void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) = 0;
   virtual void all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  virtual void all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts, at::Tensor& recv,
+                          const std::vector<int64_t>& recv_counts) = 0;
   // MPI: MPI_Barrier. NCCL: waits for this rank's queued work; Communicator::barrier
   // follows it with the MPI barrier, which makes it global.
   virtual void barrier() = 0;

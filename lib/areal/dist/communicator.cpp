@@ -164,6 +164,42 @@ void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
   backend_for(tensor, "all_reduce").all_reduce(tensor, op);
 }
 
+void Communicator::all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts, at::Tensor& recv,
+                              const std::vector<int64_t>& recv_counts) {
+  check_tensor("all_to_all", "send", send);
+  check_tensor("all_to_all", "recv", recv);
+  if (send.scalar_type() != recv.scalar_type())
+    refuse("all_to_all", cat("send is ", send.scalar_type(), " but recv is ", recv.scalar_type()));
+  if (send.device() != recv.device())
+    refuse("all_to_all", cat("send is on ", send.device(), " but recv is on ", recv.device()));
+  auto check_counts = [&](const std::vector<int64_t>& counts, const char* name, const at::Tensor& t, const char* what) {
+    if (static_cast<int>(counts.size()) != world_size_)
+      refuse("all_to_all", cat(name, " has ", counts.size(), " entries; it needs one per rank (", world_size_, ")"));
+    int64_t total = 0;
+    for (int64_t c : counts) {
+      if (c < 0) refuse("all_to_all", cat(name, " holds a negative count (", c, ")"));
+      total += c;
+    }
+    if (total != t.numel())
+      refuse("all_to_all", cat(name, " adds up to ", total, " elements but ", what, " has ", t.numel()));
+  };
+  check_counts(send_counts, "send_counts", send, "send");
+  check_counts(recv_counts, "recv_counts", recv, "recv");
+  CollectiveWatchdog::Watch watch(watchdog_.get(), "all_to_all", send.nbytes() + recv.nbytes());
+  backend_for(send, "all_to_all").all_to_all(send, send_counts, recv, recv_counts);
+}
+
+std::vector<int64_t> Communicator::exchange_counts(const std::vector<int64_t>& send_counts) {
+  if (static_cast<int>(send_counts.size()) != world_size_)
+    refuse("exchange_counts", cat("send_counts has ", send_counts.size(), " entries; it needs one per rank (",
+                                  world_size_, ")"));
+  at::Tensor mine = at::tensor(send_counts, at::kLong);
+  at::Tensor theirs = at::empty({world_size_}, at::kLong);
+  const std::vector<int64_t> ones(static_cast<size_t>(world_size_), 1);
+  all_to_all(mine, ones, theirs, ones);  // on the CPU (MPI) whatever the tokens' device: the counts are few
+  return std::vector<int64_t>(theirs.data_ptr<int64_t>(), theirs.data_ptr<int64_t>() + world_size_);
+}
+
 PendingCollective Communicator::start_all_gather(const at::Tensor& shard, at::Tensor& out_full) {
   check_tensor("start_all_gather", "shard", shard);
   check_tensor("start_all_gather", "out_full", out_full);

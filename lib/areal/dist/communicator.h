@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "areal/dist/collective_watchdog.h"
 #include "areal/dist/bootstrap.h"
@@ -71,6 +72,14 @@ class Communicator {
   void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op);
   // Element-wise reduction of `tensor` over all ranks, in place. Any size.
   void all_reduce(at::Tensor& tensor, ReduceOp op);
+  // Uneven exchange with every rank (MoE expert parallelism's tokens): `send` holds,
+  // back to back in rank order, send_counts[p] elements for rank p; `recv` receives,
+  // back to back in rank order, recv_counts[p] elements from rank p. Counts may be 0.
+  // What p sends to this rank must be what this rank expects from p (exchange_counts).
+  void all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts, at::Tensor& recv,
+                  const std::vector<int64_t>& recv_counts);
+  // The counts every rank will send to this one: result[p] is rank p's send_counts[rank()].
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send_counts);
   // Returns when every rank has called it (and this rank's pending NCCL work is done).
   void barrier();
   // The same without the watchdog: for a wait whose length is known to be legitimate

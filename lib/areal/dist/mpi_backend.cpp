@@ -20,6 +20,7 @@
 #include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "areal/dist/comm_backend.h"
 #include "areal/dist/mpi_check.h"
@@ -198,6 +199,39 @@ class MpiBackend final : public CommBackend {
     });
   }
 
+  // Point-to-point with every other rank at once (each message split as usual); the
+  // rank's own part is a local copy. MPI_Alltoallv would need int counts and offsets.
+  void all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts, at::Tensor& recv,
+                  const std::vector<int64_t>& recv_counts) override {
+    const MPI_Datatype type = mpi_type(send.scalar_type());
+    std::vector<MPI_Request> requests;
+    int64_t moved = 0, send_at = 0, recv_at = 0;
+    std::vector<int64_t> send_offset(world_size_), recv_offset(world_size_);
+    for (int p = 0; p < world_size_; ++p) {
+      send_offset[p] = send_at, recv_offset[p] = recv_at;
+      send_at += send_counts[p], recv_at += recv_counts[p];
+    }
+    for (int p = 0; p < world_size_; ++p) {
+      if (p == rank_) continue;
+      for_each_chunk(recv_counts[p], recv.element_size(), [&](int64_t offset, int64_t n) {
+        requests.emplace_back();
+        AREAL_MPI_CHECK(MPI_Irecv(bytes(recv, recv_offset[p] + offset), static_cast<int>(n), type, p, kAllToAllTag,
+                                  comm_, &requests.back()));
+      });
+      for_each_chunk(send_counts[p], send.element_size(), [&](int64_t offset, int64_t n) {
+        requests.emplace_back();
+        AREAL_MPI_CHECK(MPI_Isend(bytes(send, send_offset[p] + offset), static_cast<int>(n), type, p, kAllToAllTag,
+                                  comm_, &requests.back()));
+      });
+      moved += (send_counts[p] + recv_counts[p]) * send.element_size();
+    }
+    if (send_counts[rank_] != recv_counts[rank_])
+      throw std::invalid_argument("all_to_all: this rank sends itself a different count than it expects");
+    if (send_counts[rank_] > 0)
+      recv.narrow(0, recv_offset[rank_], recv_counts[rank_]).copy_(send.narrow(0, send_offset[rank_], send_counts[rank_]));
+    if (!requests.empty()) wait_all(requests.data(), static_cast<int>(requests.size()), moved);
+  }
+
   void barrier() override {
     MPI_Request request;
     AREAL_MPI_CHECK(MPI_Ibarrier(comm_, &request));
@@ -224,6 +258,7 @@ class MpiBackend final : public CommBackend {
     });
   }
 
+  static constexpr int kAllToAllTag = 2;  // apart from the ring's sendrecv (tag 0)
   int rank_;
   int world_size_;
   MPI_Comm comm_;

@@ -110,6 +110,26 @@ class NcclBackend final : public CommBackend {
     });
   }
 
+  // One group of point-to-point calls with every rank, itself included.
+  void all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts, at::Tensor& recv,
+                  const std::vector<int64_t>& recv_counts) override {
+    const ncclDataType_t type = nccl_type(send.scalar_type());
+    run("all_to_all", send.nbytes() + recv.nbytes(), {send, recv}, [&] {
+      AREAL_NCCL_CHECK(ncclGroupStart());
+      int64_t send_at = 0, recv_at = 0;
+      for (int p = 0; p < world_size(); ++p) {
+        if (send_counts[p] > 0)
+          AREAL_NCCL_CHECK(ncclSend(static_cast<const char*>(send.data_ptr()) + send_at * send.element_size(),
+                                    send_counts[p], type, p, comm_, stream_));
+        if (recv_counts[p] > 0)
+          AREAL_NCCL_CHECK(ncclRecv(static_cast<char*>(recv.data_ptr()) + recv_at * recv.element_size(),
+                                    recv_counts[p], type, p, comm_, stream_));
+        send_at += send_counts[p], recv_at += recv_counts[p];
+      }
+      AREAL_NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
   void all_gather(const at::Tensor& shard, at::Tensor& out_full) override { start_all_gather(shard, out_full)(); }
 
   void reduce_scatter(const at::Tensor& flat_in, at::Tensor& out_shard, ReduceOp op) override {
