@@ -36,7 +36,7 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
                             << R"({"question": "2+2=", "answer": "4"})" "\n"
                             << R"({"question": "3+3=", "answer": "6"})" "\n";
   const std::string rl = " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() + " ";
-  // The smoke model with a config.json edit: a mixture-of-experts model type.
+  // The smoke model with a config.json edit: a mixture-of-experts family not supported.
   using Edits = std::vector<std::pair<std::string, std::string>>;
   auto edited_model = [&](const std::string& name, const Edits& edits) {
     const fs::path dir = root / name;
@@ -47,7 +47,7 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
     std::ofstream(dir / "config.json") << text;
     return dir.string();
   };
-  const std::string moe = edited_model("moe", {{"\"model_type\": \"qwen2\"", "\"model_type\": \"qwen3_moe\""}});
+  const std::string moe = edited_model("moe", {{"\"model_type\": \"qwen2\"", "\"model_type\": \"deepseek_v3\""}});
   const std::string sft = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                           " --cluster.fileroot " + root.string() + " ";
   const std::vector<BadCase> cases = {
@@ -67,9 +67,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "plus gconfig.max_new_tokens (250) is"},
       {"a huge max_new_tokens (the evaluation once hung on it)", rl + "gconfig.max_new_tokens=100000",
        "max_position_embeddings (256)"},
-      {"a mixture-of-experts model (exit 2, as every config error)", rl + "model_path=" + moe,
-       "model_type 'qwen3_moe' is not supported (supported: qwen2, qwen3, llama, mistral, gemma2, gemma3_text); "
-       "mixture-of-experts"},
+      {"an unsupported mixture-of-experts family (exit 2, as every config error)", rl + "model_path=" + moe,
+       "model_type 'deepseek_v3' is not supported (supported: qwen2, qwen3, llama, mistral, gemma2, gemma3_text, "
+       "qwen3_moe, mixtral); of the mixture-of-experts families only qwen3_moe and mixtral are supported"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

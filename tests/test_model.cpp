@@ -203,6 +203,34 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
     CHECK_THAT(load_error(no_bias), Contains("model.safetensors") && Contains("unexpected tensor") &&
                                         Contains("_proj.bias'"));
   }
+  SECTION("a mixture of experts: a missing expert, too many experts per token, jitter") {
+    TempDir moe_dir;
+    const fs::path copy = moe_dir.path / "qwen3_moe_missing";
+    fs::copy(kFixtures + "/qwen3_moe", copy);
+    {  // the checkpoint without expert 3's down projection
+      io::SafetensorsReader full(kFixtures + "/qwen3_moe/model.safetensors");
+      std::vector<std::pair<std::string, at::Tensor>> kept;
+      for (const auto& t : full.tensors())
+        if (t.name != "model.layers.0.mlp.experts.3.down_proj.weight") kept.push_back({t.name, full.read(t.name)});
+      io::write_safetensors((copy / "model.safetensors").string(), kept);
+    }
+    CHECK_THAT(load_error(copy.string()),
+               Contains("no tensor 'model.layers.0.mlp.experts.3.down_proj.weight'") && Contains("qwen3_moe"));
+    CHECK_THAT(load_error(edited_copy(dir, "qwen3_moe", [](std::string t) {
+                 return std::regex_replace(t, std::regex("\"num_experts_per_tok\": 2"), "\"num_experts_per_tok\": 5");
+               })),
+               Contains("num_experts_per_tok (5) is more than the 4 experts"));
+    CHECK_THAT(load_error(edited_copy(dir, "mixtral", [](std::string t) {
+                 return std::regex_replace(t, std::regex("\"router_jitter_noise\": 0.0"), "\"router_jitter_noise\": 0.1");
+               })),
+               Contains("router_jitter_noise other than 0 is not supported"));
+    // The Hub's own key (Qwen3-30B-A3B's config.json says num_experts) reads the same.
+    const std::string hub_key = edited_copy(dir, "qwen3_moe", [](std::string t) {
+      return std::regex_replace(t, std::regex("\"num_local_experts\""), "\"num_experts\"");
+    });
+    CHECK(ModelConfig::from_file(hub_key + "/config.json").num_experts == 4);
+    CHECK(load_error(hub_key).empty());
+  }
   SECTION("unsupported architectures and options are refused by name") {
     CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
                  return std::regex_replace(t, std::regex("\"model_type\": \"llama\""), "\"model_type\": \"gpt2\"");
@@ -234,7 +262,8 @@ TEST_CASE("model: a checkpoint written by areal-train loads in transformers with
           "[model][python]") {
   TempDir dir;
   at::NoGradGuard no_grad;
-  for (const auto& name : {"qwen2_tied", "qwen3", "llama"}) {
+  // qwen3_moe, mixtral: the Hub's one tensor per expert, which transformers 5 fuses on load.
+  for (const auto& name : {"qwen2_tied", "qwen3", "llama", "qwen3_moe", "mixtral"}) {
     INFO(name);
     auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
     for (auto& p : model->parameters()) p.mul_(0.9).add_(0.01);  // weights transformers has never seen

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include <ATen/ATen.h>
+
+#include "areal/io/checkpoint.h"
 #include "jsonl_rows.h"
 #include "run_binary.h"
 #include "run_python.h"
@@ -65,6 +68,29 @@ TEST_CASE("rl job: configs/ci_smoke.yaml runs the whole pipeline under mpirun -n
   // A complete Hugging Face checkpoint: weights, config and the tokenizer.
   for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     CHECK(fs::exists(run_dir / "checkpoint" / file));
+}
+
+TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel generation from the shards)",
+          "[rl][binary][mpi][moe]") {
+  const fs::path root = fresh_dir("moe");
+  const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
+  Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() +
+                 " model_path=" + model + " rollout.backend=sglang:d1t2 reward_fn=command:sh\\ " +
+                 source_path("tests/fixtures/rewards/length_parity.sh"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("(qwen3_moe, ") && Contains("parameters, 4 experts, top 2)") && Contains("step 2/2"));
+  const fs::path run_dir = root / "ci-smoke" / "trial0";
+  std::vector<json> rows = read_jsonl(run_dir / "stats.jsonl");
+  REQUIRE(rows.size() == 4);
+  CHECK(std::isfinite(rows[2]["loss"].get<double>()));
+  CHECK(rows[2]["grad_norm"].get<double>() > 0);
+  // The saved checkpoint has the Hub's per-expert tensors, trained (not the initial ones).
+  areal::io::CheckpointReader saved((run_dir / "checkpoint").string()), initial(model);
+  const std::string expert = "model.layers.1.mlp.experts.2.up_proj.weight";
+  REQUIRE(saved.contains(expert));
+  CHECK_FALSE(at::equal(saved.read(expert), initial.read(expert)));
+  CHECK(saved.names() == initial.names());
 }
 
 TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2",

@@ -316,14 +316,19 @@ InitResult staged_init(const Config& cfg, const RankInfo& me, Communicator& comm
   const bool streaming = from_checkpoint && cfg.fsdp.memory_efficient_load;
   const int64_t rss_before = current_rss_bytes();
   const auto init_start = Clock::now();
+  const ModelConfig model_config = init_model_config(cfg);
+  const std::string experts = model_config.num_experts > 0 ? cat(", ", model_config.num_experts, " experts, top ",
+                                                                 model_config.num_experts_per_tok)
+                                                           : "";
   log::info(cat("staged init: ", !from_checkpoint ? cat("from seed ", cfg.seed)
                                  : cat(streaming ? "memory-efficient load of " : "sliced load of ", cfg.model_path),
-                " on ", me.world_size, " ranks"));
+                " (", model_config.model_type, ", ", model_config.num_parameters(), " parameters", experts, ") on ",
+                me.world_size, " ranks"));
 
   // 1. cpu_skeleton: names and shapes on the meta device, no parameter storage.
   StageMeter skeleton_stage("cpu_skeleton");
   auto t = skeleton_stage.begin();
-  auto skeleton = std::make_shared<CausalLM>(init_model_config(cfg), at::TensorOptions().device(at::kMeta));
+  auto skeleton = std::make_shared<CausalLM>(model_config, at::TensorOptions().device(at::kMeta));
   skeleton_stage.end(t);
 
   // 2. fsdp_shard: the unit layout, and this rank's float32 shards on its device.
