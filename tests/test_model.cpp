@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "areal/io/checkpoint.h"
+#include "areal/util/strings.h"
 #include "areal/model/hf_weights.h"
 #include "test_paths.h"
 
@@ -89,6 +90,45 @@ TEST_CASE("model: bfloat16 logits match transformers' bfloat16 run", "[model][pa
                         << ours_vs_fp32 << ", transformers' " << theirs_vs_fp32);
     CHECK(ours_vs_theirs < scale / 64);
     CHECK(ours_vs_fp32 < 1.5 * theirs_vs_fp32);
+  }
+}
+
+// The routers' load-balancing loss against transformers' load_balancing_loss_func: its
+// value (float32, with padding, bfloat16) and its gradient with respect to each router.
+TEST_CASE("model: the load-balancing loss and its router gradients match transformers", "[model][parity][moe]") {
+  for (const auto& name : {"qwen3_moe", "qwen3_moe_step", "mixtral"}) {
+    INFO(name);
+    io::SafetensorsReader reference(kFixtures + "/" + name + "/reference.safetensors");
+    const at::Tensor ids = reference.read("input_ids");
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    const ModelConfig& c = model->config();
+    std::vector<at::Tensor> routers;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      if (c.layer_is_sparse(l))
+        routers.push_back(model->named_parameters()[cat("model.layers.", l, ".", c.router_weight())].requires_grad_(true));
+    std::vector<RouterTally> tallies;
+    model->forward(ids, {}, nullptr, &tallies);
+    REQUIRE(tallies.size() == routers.size());
+    at::Tensor aux = load_balancing_loss(c, tallies);
+    CHECK(std::abs(aux.item<double>() - reference.read("aux_loss").item<double>()) < 1e-5);
+    aux.backward();
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& router : routers) grads.push_back(router.grad());
+    const at::Tensor want_grads = reference.read("aux_router_grads");
+    CHECK(max_diff(at::stack(grads), want_grads) < 1e-5 * std::max(1.0, want_grads.abs().max().item<double>()));
+
+    at::NoGradGuard no_grad;
+    tallies.clear();  // padding counts for nothing
+    model->forward(ids, reference.read("aux_mask"), nullptr, &tallies);
+    CHECK(std::abs(load_balancing_loss(c, tallies).item<double>() - reference.read("aux_loss_masked").item<double>()) <
+          1e-5);
+    auto bf16 = load_causal_lm(kFixtures + "/" + name, at::kBFloat16);
+    tallies.clear();
+    bf16->forward(ids, {}, nullptr, &tallies);
+    const double ours = load_balancing_loss(c, tallies).item<double>();
+    const double theirs = reference.read("aux_loss_bf16").item<double>(), fp32 = reference.read("aux_loss").item<double>();
+    INFO("bf16 aux: ours " << ours << ", transformers' " << theirs << ", fp32 " << fp32);
+    CHECK(std::abs(ours - theirs) < 1e-2 * fp32);
   }
 }
 

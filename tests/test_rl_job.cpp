@@ -75,8 +75,8 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   const fs::path root = fresh_dir("moe");
   const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
   Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() +
-                 " model_path=" + model + " rollout.backend=sglang:d1t2 reward_fn=command:sh\\ " +
-                 source_path("tests/fixtures/rewards/length_parity.sh"));
+                 " model_path=" + model + " rollout.backend=sglang:d1t2 actor.router_aux_loss_coef=0.01"
+                 " reward_fn=command:sh\\ " + source_path("tests/fixtures/rewards/length_parity.sh"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("(qwen3_moe, ") && Contains("parameters, 4 experts, top 2)") && Contains("step 2/2"));
@@ -85,6 +85,15 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   REQUIRE(rows.size() == 4);
   CHECK(std::isfinite(rows[2]["loss"].get<double>()));
   CHECK(rows[2]["grad_norm"].get<double>() > 0);
+  // The routers' figures: the load-balancing loss (2, the top-k, at perfect balance; at most
+  // experts x k), the tokens of the least and most used expert of each sparse layer.
+  const double aux = rows[2]["moe_aux_loss"].get<double>();
+  CHECK((aux > 0 && aux <= 8.0));
+  for (const char* layer : {"layer_0", "layer_1"}) {
+    INFO(layer);
+    const double least = rows[2][std::string("moe_tokens_min/") + layer].get<double>();
+    CHECK((least >= 0 && least <= rows[2][std::string("moe_tokens_max/") + layer].get<double>()));
+  }
   // The saved checkpoint has the Hub's per-expert tensors, trained (not the initial ones).
   areal::io::CheckpointReader saved((run_dir / "checkpoint").string()), initial(model);
   const std::string expert = "model.layers.1.mlp.experts.2.up_proj.weight";

@@ -73,6 +73,21 @@ void check_grads_equal(const std::map<std::string, at::Tensor>& got, const std::
   }
 }
 
+// A fixture by the staged init's sliced path, and a float32 engine over it.
+struct LoadedEngine {
+  InitResult init;
+  std::unique_ptr<FsdpEngine> engine;
+};
+LoadedEngine load_engine(const std::string& path, bool checkpointing) {
+  Config cfg;
+  cfg.model_path = path;
+  cfg.device = "cpu";
+  LoadedEngine loaded{staged_init(cfg, g_me, *g_comm), nullptr};
+  loaded.engine = std::make_unique<FsdpEngine>(*loaded.init.model, *g_comm, at::kFloat, at::kFloat);
+  loaded.engine->set_gradient_checkpointing(checkpointing);
+  return loaded;
+}
+
 void zero_shard_grads(ShardedModel& model) {
   for (size_t u = 0; u < model.units().size(); ++u) model.shard(u).mutable_grad().zero_();
 }
@@ -122,6 +137,49 @@ TEST_CASE("engine: loss and gradients equal a single-process run", "[mpi][engine
   }
 }
 
+// A mixture of experts' load-balancing loss, added by the engine in each layer's
+// backward, against the whole model back-propagating loss + weight x aux in one graph.
+// Padding (the attention mask) counts for nothing in the aux loss.
+TEST_CASE("engine: the routers' load-balancing loss gives the whole model's gradients", "[mpi][engine][moe]") {
+  for (const auto& name : {"qwen3_moe", "mixtral"})
+    for (bool checkpointing : {false, true}) {
+      INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
+      const std::string path = kFixtures + "/" + name;
+      LoadedEngine loaded = load_engine(path, checkpointing);
+      InitResult& init = loaded.init;
+      FsdpEngine& engine = *loaded.engine;
+      const ModelConfig& c = init.model->config();
+      const int64_t rows_per_rank = 2, length = 9;
+      const double weight = 0.5;  // large, so that a wrong aux gradient shows
+      at::Tensor all_ids = at::randint(c.vocab_size, {rows_per_rank * g_me.world_size, length},
+                                       at::make_generator<at::CPUGeneratorImpl>(42), at::kLong);
+      at::Tensor all_mask = at::ones_like(all_ids);
+      all_mask.select(0, 1).narrow(0, length - 3, 3).zero_();  // rank 0's second row: 3 tokens of padding
+      at::Tensor my_ids = all_ids.narrow(0, g_me.rank * rows_per_rank, rows_per_rank);
+      at::Tensor my_mask = all_mask.narrow(0, g_me.rank * rows_per_rank, rows_per_rank);
+      next_token_loss(engine.forward(my_ids, my_mask, RouterLoss{true, weight}), my_ids).backward();
+      const RouterStats stats = engine.take_router_stats();
+      CHECK(stats.forwards == 1);
+
+      auto reference = load_causal_lm(path, at::kFloat);
+      for (auto& p : reference->parameters()) p.requires_grad_(true);
+      std::vector<at::Tensor> losses;
+      double my_aux = 0;
+      for (int r = 0; r < g_me.world_size; ++r) {
+        at::Tensor ids = all_ids.narrow(0, r * rows_per_rank, rows_per_rank);
+        at::Tensor mask = all_mask.narrow(0, r * rows_per_rank, rows_per_rank);
+        std::vector<RouterTally> tallies;
+        at::Tensor logits = reference->forward(ids, mask, nullptr, &tallies);
+        at::Tensor aux = load_balancing_loss(c, tallies);
+        if (r == g_me.rank) my_aux = aux.item<double>();
+        losses.push_back(next_token_loss(logits, ids) + weight * aux);
+      }
+      at::stack(losses).mean().backward();
+      CHECK(std::abs(stats.aux_loss_sum.item<double>() - my_aux) < 1e-5);
+      check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
+    }
+}
+
 // Two forwards before any backward: each forward's graph must keep its own inputs
 // (ids, masks, positions). Tied embeddings make the root unit's gradient depend on
 // both the embedding's and the head's saved inputs.
@@ -129,12 +187,9 @@ TEST_CASE("engine: two forwards, then their backwards, equal a single-process ru
   for (const auto& name : {"qwen2_tied", "llama"}) for (bool checkpointing : {false, true}) {
     INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
     const std::string path = kFixtures + "/" + name;
-    Config cfg;
-    cfg.model_path = path;
-    cfg.device = "cpu";
-    InitResult init = staged_init(cfg, g_me, *g_comm);
-    FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
-    engine.set_gradient_checkpointing(checkpointing);
+    LoadedEngine loaded = load_engine(path, checkpointing);
+    InitResult& init = loaded.init;
+    FsdpEngine& engine = *loaded.engine;
     const int64_t rows = 2, vocab = init.model->config().vocab_size, n = g_me.world_size;
     auto batch = [&](int64_t seed, int64_t length) {
       return at::randint(vocab, {rows * n, length}, at::make_generator<at::CPUGeneratorImpl>(seed), at::kLong);

@@ -81,6 +81,8 @@ struct ActorConfig {
   std::string dtype = "bfloat16";
   std::string grad_reduce_dtype = "float32";
   bool gradient_checkpointing = false;  // AReaL's default: keep activations
+  // A mixture of experts' load-balancing loss weight; -1: the model's config.json decides
+  double router_aux_loss_coef = -1;
   MicroBatchSpec mb_spec;
   bool use_lora = false;
   int64_t lora_rank = 32;

@@ -264,6 +264,13 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.gradient_checkpointing).doc("Recompute each decoder layer's forward in backward instead of "
                                                "keeping its activations: less memory, about a third more "
                                                "compute."),
+      OPTION(actor.router_aux_loss_coef).doc("A mixture of experts' load-balancing loss (transformers' "
+                                             "load_balancing_loss_func, per forward over its tokens) is added to "
+                                             "the SFT and RL losses with this weight; 0: not added. -1 (the "
+                                             "default): as transformers, the model's config.json decides (its "
+                                             "router_aux_loss_coef when it sets output_router_logits, else 0). "
+                                             "Set on a dense model: refused.")
+          .at_least(-1),
       OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                                   "tokens, each one packed row without padding (first-fit "
                                                   "decreasing; a longer sequence goes alone). 0: one padded "

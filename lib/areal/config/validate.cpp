@@ -201,6 +201,9 @@ void validate_config(const Config& cfg) {
                               "' does not exist (a PEFT adapter directory holds adapter_config.json and "
                               "adapter_model.safetensors)"));
   }
+  if (cfg.actor.router_aux_loss_coef < 0 && cfg.actor.router_aux_loss_coef != -1)
+    throw ConfigError(cat("option 'actor.router_aux_loss_coef' = ", cfg.actor.router_aux_loss_coef,
+                          ": a weight >= 0, or -1 for the model's own"));
   if (cfg.actor.c_clip != 0.0 && cfg.actor.c_clip <= 1.0)
     throw ConfigError(cat("option 'actor.c_clip' = ", cfg.actor.c_clip, ": the dual-clip bound must be > 1 (or 0: off)"));
 

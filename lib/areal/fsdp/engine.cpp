@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "areal/fsdp/buffer_pool.h"
 #include "areal/fsdp/overlap.h"
@@ -28,6 +29,14 @@ struct ForwardRecord : torch::CustomClassHolder {
   };
   int64_t id = 0;
   std::vector<Use> uses;
+  // A mixture of experts' routers in a forward with a graph: each sparse layer's tally
+  // (values, in layer order) and, with a load-balancing loss, its gradient with respect
+  // to every layer's probability sum (the same for all: weight * experts * C / R^2, C
+  // the choices of all layers, R their tokens), known once the forward has run them all.
+  bool tally_routers = false;
+  double router_aux_weight = 0;
+  std::vector<RouterTally> routers;
+  at::Tensor router_aux_grad;
 };
 
 // What one use of a unit computes. Everything a use needs in its backward is here,
@@ -63,6 +72,7 @@ struct UnitCall {
     d["mask"] = attention.mask;
     d["mask_local"] = attention.mask_local;
     d["sequence_starts"] = attention.sequence_starts;
+    d["present"] = attention.present;
   }
   static UnitCall load(torch::autograd::AutogradContext* ctx) {
     const auto& d = ctx->saved_data;
@@ -82,6 +92,7 @@ struct UnitCall {
     call.attention.mask = d.at("mask").toTensor();
     call.attention.mask_local = d.at("mask_local").toTensor();
     call.attention.sequence_starts = d.at("sequence_starts").toTensor();
+    call.attention.present = d.at("present").toTensor();
     return call;
   }
 
@@ -132,8 +143,9 @@ UseWeights use_weights(const UnitCall& call, const at::Tensor& flat, const at::T
   return w;
 }
 
-// Runs a layer or the head on `x` with the weights of one use.
-at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& w) {
+// Runs a layer or the head on `x` with the weights of one use; a sparse layer's router
+// tally goes to `router` when given.
+at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& w, RouterTally* router = nullptr) {
   ShardedModel& model = call.engine->model();
   const ModelConfig& config = model.config();
   if (call.kind == UnitCall::Kind::Head) {
@@ -147,7 +159,20 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
     return it == w.by_name.end() ? at::Tensor() : it->second;
   };
   at::Tensor keys, values;  // no cache in training
-  return decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale());
+  return decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(), {},
+                       router);
+}
+
+// Whether this use's layer has a router whose tally the forward keeps.
+bool tallies_router(const UnitCall& call) {
+  return call.kind == UnitCall::Kind::Layer && call.record->tally_routers &&
+         call.engine->model().config().layer_is_sparse(static_cast<int64_t>(call.unit) - 1);
+}
+
+// The tally's values, kept by the forward's record.
+void keep_tally(const UnitCall& call, const RouterTally& tally) {
+  call.record->routers.push_back(
+      {tally.probability_sum.detach(), tally.choice_counts.detach(), tally.tokens.detach()});
 }
 
 // On one rank in float32 a shard is its whole unit already: the engine runs on the
@@ -303,10 +328,14 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
       gathered.release();
       return out;
     }
+    RouterTally tally;
+    RouterTally* router = tallies_router(call) ? &tally : nullptr;
     if (!call.keep_graph) {
       ctx->save_for_backward({x});
-      at::Tensor out = run_use(call, x, use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), false));
+      at::Tensor out =
+          run_use(call, x, use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), false), router);
       gathered.release();
+      if (router) keep_tally(call, tally);
       return out;
     }
     UseWeights w = use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), true);
@@ -314,13 +343,17 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     at::Tensor out;
     {
       at::AutoGradMode grad_mode(true);
-      out = run_use(call, x_leaf, w);
+      out = run_use(call, x_leaf, w, router);
     }
     gathered.release();  // the views saved by the graph stay, pointing at no memory
     auto& d = ctx->saved_data;
     d["graph_output"] = out;
     d["x_leaf"] = x_leaf;
     d["leaves"] = w.trained;
+    if (router) {
+      d["router_probability_sum"] = tally.probability_sum;  // with its graph, for the load-balancing loss
+      keep_tally(call, tally);
+    }
     // The backward gathers into these again (the record lets an earlier backward start it).
     ForwardRecord::Use& use = call.record->uses.at(call.use);
     use.flat = gathered.base.tensor();
@@ -351,24 +384,36 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
     start_backward_gathers(engine, *call.record, call.use);
     GatheredUse gathered(call, /*backward=*/true);
-    at::Tensor out, x_leaf;
+    // A sparse layer of a forward with a load-balancing loss back-propagates that loss's
+    // part through its router's probabilities beside the output's gradient.
+    const at::Tensor& aux_grad = call.record->router_aux_grad;
+    const bool with_aux = aux_grad.defined() && tallies_router(call);
+    at::Tensor out, x_leaf, probability_sum;
     std::vector<at::Tensor> leaves;
     if (call.keep_graph) {
       const auto& d = ctx->saved_data;
       out = d.at("graph_output").toTensor();
       x_leaf = d.at("x_leaf").toTensor();
       leaves = d.at("leaves").toTensorVector();
+      if (with_aux) probability_sum = d.at("router_probability_sum").toTensor();
     } else {
       UseWeights w = use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), true);
       leaves = w.trained;
       x_leaf = ctx->get_saved_variables()[0].detach().requires_grad_(true);
       at::AutoGradMode grad_mode(true);
-      out = run_use(call, x_leaf, w);
+      RouterTally tally;
+      out = run_use(call, x_leaf, w, with_aux ? &tally : nullptr);
+      probability_sum = tally.probability_sum;
     }
 
     std::vector<at::Tensor> wrt = leaves;
     wrt.push_back(x_leaf);
-    auto grads = torch::autograd::grad({out}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
+    std::vector<at::Tensor> roots = {out}, root_grads = {grad_outputs[0]};
+    if (with_aux) {
+      roots.push_back(probability_sum);
+      root_grads.push_back(aux_grad);
+    }
+    auto grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     if (trained)
       reduce_unit_gradient(engine, *trained, trained_shard(call), [&](size_t i, at::Tensor view) {
@@ -377,7 +422,7 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
       });
     gathered.release();
     // The recorded graph's activations go now, not when the whole backward ends.
-    for (const char* key : {"graph_output", "x_leaf", "leaves"}) ctx->saved_data.erase(key);
+    for (const char* key : {"graph_output", "x_leaf", "leaves", "router_probability_sum"}) ctx->saved_data.erase(key);
     ForwardRecord::Use& use = call.record->uses.at(call.use);
     use.flat = use.adapter_flat = at::Tensor();
     return result(grads.back());
@@ -416,11 +461,12 @@ FsdpEngine::~FsdpEngine() {
   if (overlap_) overlap_->finish(*buffers_);
 }
 
-at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
-  return forward(input_ids, attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_));
+at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, RouterLoss router) {
+  return forward(input_ids, attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_),
+                 router);
 }
 
-at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention) {
+at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router) {
   using Kind = UnitCall::Kind;
   if (overlap_finish_queued_) finish_overlap();  // a backward that failed before its end
   const size_t layers = static_cast<size_t>(model_.config().num_hidden_layers);
@@ -429,6 +475,9 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
   const size_t head_unit = model_.units().size() > layers + 1 ? layers + 1 : 0;
   auto record = c10::make_intrusive<ForwardRecord>();
   record->id = next_forward_id_++;
+  record->tally_routers =
+      model_.config().num_experts > 0 && at::GradMode::is_enabled() && (router.tally || router.weight != 0);
+  record->router_aux_weight = router.weight;
   for (size_t u = 0; u <= layers + 1; ++u) {
     const Kind kind = u == 0 ? Kind::Embed : u <= layers ? Kind::Layer : Kind::Head;
     ForwardRecord::Use use;
@@ -457,8 +506,32 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
   // Gemma's embedding scale outside the unit: autograd carries it into the unit's backward.
   at::Tensor h = scale_embeddings(model().config(), apply(0, Kind::Embed, input_ids, {}, input_ids));
   for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
-  return apply(layers + 1, Kind::Head, {}, {}, h);
+  at::Tensor logits = apply(layers + 1, Kind::Head, {}, {}, h);
+  if (!record->routers.empty()) finish_router_tallies(*record);
+  return logits;
 }
+
+void FsdpEngine::finish_router_tallies(ForwardRecord& record) {
+  const ModelConfig& c = model_.config();
+  std::vector<at::Tensor> counts;
+  at::Tensor tokens = at::zeros({}, record.routers[0].tokens.options());
+  for (const RouterTally& t : record.routers) {
+    counts.push_back(t.choice_counts);
+    tokens = tokens + t.tokens;
+  }
+  const at::Tensor per_layer = at::stack(counts).to(at::kDouble);
+  if (record.router_aux_weight != 0)
+    record.router_aux_grad =
+        per_layer.sum(0).to(at::kFloat) * (record.router_aux_weight * static_cast<double>(c.num_experts)) /
+        (tokens * tokens).clamp_min(1);
+  const at::Tensor aux = load_balancing_loss(c, record.routers).to(at::kDouble);
+  RouterStats& s = router_stats_;
+  s.aux_loss_sum = s.forwards == 0 ? aux : s.aux_loss_sum + aux;
+  s.expert_tokens = s.forwards == 0 ? per_layer : s.expert_tokens + per_layer;
+  ++s.forwards;
+}
+
+RouterStats FsdpEngine::take_router_stats() { return std::exchange(router_stats_, RouterStats{}); }
 
 void FsdpEngine::finish_overlap_after_backward() {
   if (overlap_finish_queued_) return;

@@ -27,6 +27,25 @@ namespace areal {
 
 class BufferPool;
 class Overlap;
+struct ForwardRecord;
+
+// What a forward with a graph does with a mixture of experts' routers (nothing for a
+// dense model or without a graph).
+struct RouterLoss {
+  bool tally = false;  // count its routers' choices into take_router_stats()
+  // != 0: its backward adds the gradient of weight x its load-balancing loss
+  // (transformers' load_balancing_loss_func over this forward's real tokens), as if that
+  // term were part of the loss back-propagated; tallies too.
+  double weight = 0;
+};
+
+// A mixture of experts' routers over the forwards with a graph since the last
+// take_router_stats (for the step's moe_* statistics); undefined tensors before any.
+struct RouterStats {
+  int64_t forwards = 0;
+  at::Tensor aux_loss_sum;   // float64 scalar: each forward's load-balancing loss, summed
+  at::Tensor expert_tokens;  // [sparse layers, experts] float64: top-k choices per expert, summed
+};
 
 class FsdpEngine {
  public:
@@ -39,10 +58,13 @@ class FsdpEngine {
   // Each forward's graph owns what its backward needs: several forwards may run before
   // their backwards, in any order (gradient accumulation over a summed loss, actor and
   // reference in one graph).
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {});
+  // `router`: a mixture of experts' routers (RouterLoss).
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, RouterLoss router = {});
   // The same with the attention inputs made by the caller (packed sequences:
   // packed_attention_inputs in model/functional.h).
-  at::Tensor forward(const at::Tensor& input_ids, const AttentionInputs& attention);
+  at::Tensor forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router = {});
+  // This rank's router tallies since the last call, and a fresh start.
+  RouterStats take_router_stats();
 
   // With LoRA: run the base model alone (the frozen reference policy at no extra
   // memory) while false.
@@ -85,8 +107,10 @@ class FsdpEngine {
   bool overlap_finish_queued_ = false;
   std::unique_ptr<BufferPool> buffers_;
   std::unique_ptr<Overlap> overlap_;
+  RouterStats router_stats_;
 
   void finish_overlap();
+  void finish_router_tallies(ForwardRecord& record);
 };
 
 // The engine the config asks for over `model`: compute in actor.dtype, gradients

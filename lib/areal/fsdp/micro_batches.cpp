@@ -27,13 +27,13 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
   }
 }
 
-at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights) const {
+at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double loss_share) const {
   if (packed_) {
     return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
-                          weights);
+                          weights, loss_share);
   }
   at::Tensor mask = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
-  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights).narrow(1, 0, width_);
+  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share).narrow(1, 0, width_);
 }
 
 at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {

@@ -36,8 +36,8 @@ class MicroBatch {
   MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device);
 
   // Logits [R, W, vocab] for this micro-batch on `weights`. Collective, like
-  // Policy::forward.
-  at::Tensor forward(Policy& policy, PolicyWeights weights = PolicyWeights::current) const;
+  // Policy::forward (`loss_share`: its share of the update's loss, as there).
+  at::Tensor forward(Policy& policy, PolicyWeights weights = PolicyWeights::current, double loss_share = 0) const;
   at::Tensor lay_out(const at::Tensor& target_values) const;
   // The inverse: laid-out values [R, W] written back into the set's [N, L - 1] `out`.
   void put_back(const at::Tensor& laid_out, at::Tensor& out) const;

@@ -1,5 +1,7 @@
 #include "areal/fsdp/policy.h"
 
+#include <ATen/ATen.h>
+
 #include <stdexcept>
 
 #include "areal/fsdp/engine.h"
@@ -7,6 +9,8 @@
 #include "areal/fsdp/overlap.h"
 #include "areal/fsdp/save.h"
 #include "areal/fsdp/unit_weights.h"
+#include "areal/util/error.h"
+#include "areal/util/strings.h"
 
 namespace areal {
 
@@ -21,8 +25,24 @@ void check_policy_options(const Config& cfg) {
   if (cfg.actor.use_lora) lora_spec(cfg.actor);  // unknown target modules
 }
 
+void check_policy_model(const Config& cfg, const ModelConfig& model) {
+  if (model.num_experts == 0 && cfg.actor.router_aux_loss_coef >= 0)
+    throw ConfigError(cat("option 'actor.router_aux_loss_coef' = ", cfg.actor.router_aux_loss_coef, ": the model (",
+                          model.model_type, ", ", cfg.model_path, ") is dense and has no router; leave it unset (-1)"));
+}
+
+double router_aux_loss_coef(const Config& cfg, const ModelConfig& model) {
+  if (model.num_experts == 0) return 0;
+  if (cfg.actor.router_aux_loss_coef >= 0) return cfg.actor.router_aux_loss_coef;
+  return model.output_router_logits ? model.router_aux_loss_coef : 0;
+}
+
 Policy::Policy(const Config& cfg, ShardedModel& model, Communicator& comm)
-    : cfg_(cfg), model_(model), comm_(comm), engine_(make_engine(cfg, model, comm)) {}
+    : cfg_(cfg),
+      model_(model),
+      router_aux_loss_coef_(router_aux_loss_coef(cfg, model.config())),
+      comm_(comm),
+      engine_(make_engine(cfg, model, comm)) {}
 
 Policy::~Policy() = default;
 
@@ -40,12 +60,18 @@ void Policy::keep_reference() {
   reference_kept_ = true;
 }
 
-at::Tensor Policy::forward(const at::Tensor& ids, const at::Tensor& attention_mask, PolicyWeights weights) {
-  return forward(ids, attention_inputs(config(), ids, attention_mask, nullptr, compute_dtype()), weights);
+at::Tensor Policy::forward(const at::Tensor& ids, const at::Tensor& attention_mask, PolicyWeights weights,
+                           double loss_share) {
+  return forward(ids, attention_inputs(config(), ids, attention_mask, nullptr, compute_dtype()), weights, loss_share);
 }
 
-at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attention, PolicyWeights weights) {
-  if (weights == PolicyWeights::current) return engine_->forward(ids, attention);
+at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attention, PolicyWeights weights,
+                           double loss_share) {
+  // The engine averages gradients over ranks: world_size undoes it for the aux term too.
+  if (weights == PolicyWeights::current)
+    return engine_->forward(
+        ids, attention,
+        RouterLoss{loss_share > 0, router_aux_loss_coef_ * loss_share * static_cast<double>(comm_.world_size())});
   if (!reference_kept_) throw std::logic_error("Policy::forward: no reference was kept (keep_reference)");
   FsdpEngine& engine = reference_engine_ ? *reference_engine_ : *engine_;
   // With LoRA the reference is the base model: the adapters are off for this forward
@@ -54,6 +80,33 @@ at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attenti
   at::Tensor logits = engine.forward(ids, attention);
   engine.set_adapters_enabled(true);
   return logits;
+}
+
+NamedFigures Policy::router_figures() {
+  const ModelConfig& c = config();
+  if (c.num_experts == 0) return {};
+  int64_t sparse = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) sparse += c.layer_is_sparse(l);
+  const RouterStats s = engine_->take_router_stats();
+  // [forwards, aux sum, expert tokens...] summed over ranks (a rank without forwards adds zeros).
+  at::Tensor sums = at::zeros({2 + sparse * c.num_experts}, at::kDouble);
+  if (s.forwards > 0) {
+    sums[0] = static_cast<double>(s.forwards);
+    sums[1] = s.aux_loss_sum.cpu();
+    sums.narrow(0, 2, sparse * c.num_experts).copy_(s.expert_tokens.reshape({-1}).cpu());
+  }
+  comm_.all_reduce(sums, ReduceOp::Sum);
+  const double forwards = sums[0].item<double>();
+  if (forwards == 0) return {};
+  NamedFigures figures = {{"moe_aux_loss", sums[1].item<double>() / forwards}};
+  const at::Tensor tokens = sums.narrow(0, 2, sparse * c.num_experts).view({sparse, c.num_experts});
+  for (int64_t l = 0, i = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.layer_is_sparse(l)) continue;
+    figures.push_back({cat("moe_tokens_min/layer_", l), tokens[i].min().item<double>()});
+    figures.push_back({cat("moe_tokens_max/layer_", l), tokens[i].max().item<double>()});
+    ++i;
+  }
+  return figures;
 }
 
 std::map<std::string, at::Tensor> Policy::unit_weights(size_t u, at::ScalarType dtype) const {

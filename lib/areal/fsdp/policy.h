@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "areal/config/config.h"
@@ -30,6 +31,17 @@ at::ScalarType dtype_from_name(const std::string& name);
 // The checks of the policy's options that the config alone decides (LoRA's target
 // modules): prepare_job runs them before anything loads. Throws ConfigError.
 void check_policy_options(const Config& cfg);
+// The checks that need the model's config.json too (actor.router_aux_loss_coef on a
+// dense model). Throws ConfigError.
+void check_policy_model(const Config& cfg, const ModelConfig& model);
+
+// The weight of a mixture of experts' load-balancing loss: actor.router_aux_loss_coef,
+// or (-1) the model's own as transformers takes it (its router_aux_loss_coef when its
+// config.json sets output_router_logits, else 0). 0 for a dense model.
+double router_aux_loss_coef(const Config& cfg, const ModelConfig& model);
+
+// A step's figures by name, in order (the loops' stats rows).
+using NamedFigures = std::vector<std::pair<std::string, double>>;
 
 // Which weights a forward runs on.
 enum class PolicyWeights { current, reference };
@@ -50,11 +62,22 @@ class Policy {
   // (when grad mode is on); a backward from them leaves trainable()'s gradients, averaged
   // over ranks. Collective: every rank calls it with its own batch. The reference needs
   // keep_reference() first.
+  // `loss_share` (a train forward on the current weights): the share of the update's
+  // loss that this forward's tokens carry, summed over all ranks and forwards to 1. A
+  // mixture of experts tallies its routers for router_figures() and, with a
+  // router_aux_loss_coef, its backward adds coef x loss_share x its load-balancing loss:
+  // the update's gradient is that of the loss plus coef x the loss-weighted mean of its
+  // forwards' load-balancing losses. 0: neither (scoring, the reference, padding).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask,
-                     PolicyWeights weights = PolicyWeights::current);
+                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0);
   // The same with the attention inputs made by the caller (packed sequences).
   at::Tensor forward(const at::Tensor& ids, const AttentionInputs& attention,
-                     PolicyWeights weights = PolicyWeights::current);
+                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0);
+  // A mixture of experts' routers over the train forwards since the last call, all
+  // ranks: moe_aux_loss (a forward's load-balancing loss, their mean) and for each sparse
+  // layer l moe_tokens_min/layer_l and moe_tokens_max/layer_l (the tokens routed to its
+  // least and its most used expert). Empty for a dense model. Collective.
+  NamedFigures router_figures();
   // What an optimizer updates: the adapter shards with LoRA, else the base shards.
   std::vector<at::Tensor> trainable() { return model_.trainable_shards(); }
   // All-gathers so far that a forward or backward found already started ahead of it
@@ -84,6 +107,7 @@ class Policy {
  private:
   const Config& cfg_;
   ShardedModel& model_;
+  double router_aux_loss_coef_ = 0;
   Communicator& comm_;
   std::unique_ptr<FsdpEngine> engine_;
   bool reference_kept_ = false;

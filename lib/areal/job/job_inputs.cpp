@@ -235,6 +235,7 @@ PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer) 
 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);
+  check_policy_model(cfg, model);
   if (allocation_for_world(cfg, me.world_size).separate && cfg.job != "rl")
     throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' give separate generation ranks, which only "
                           "job=rl uses (asynchronous RL); job=", cfg.job, " needs shapes that cover every rank"));

@@ -30,6 +30,7 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
   AttentionInputs inputs;
   set_rotary(inputs, positions, config, dtype);
   inputs.mask = mask;
+  if (attention_mask.defined()) inputs.present = present;
   if (config.sliding_window > 0)  // keys in (query - window, query], by index as transformers counts
     inputs.mask_local = mask & (query_index - key_index < config.sliding_window);
   return inputs;
@@ -128,11 +129,40 @@ ExpertRouting route_tokens(const ModelConfig& c, const at::Tensor& router_weight
   return r;
 }
 
+namespace {
+
+RouterTally tally_router(const ModelConfig& c, const at::Tensor& logits, const at::Tensor& present) {
+  const at::Tensor probs = at::softmax(logits, -1);  // in the logits' dtype, as transformers' loss
+  const at::Tensor chosen = std::get<1>(probs.topk(c.num_experts_per_tok, -1)).reshape({-1});
+  const at::Tensor real = present.defined() ? present.reshape({-1}).to(probs.device(), at::kFloat)
+                                            : at::ones({logits.size(0)}, probs.options().dtype(at::kFloat));
+  RouterTally t;
+  t.probability_sum = (probs.to(at::kFloat) * real.unsqueeze(1)).sum(0);
+  t.choice_counts = at::zeros({c.num_experts}, real.options())
+                        .scatter_add_(0, chosen, real.repeat_interleave(c.num_experts_per_tok));
+  t.tokens = real.sum();
+  return t;
+}
+
+}  // namespace
+
+at::Tensor load_balancing_loss(const ModelConfig& c, const std::vector<RouterTally>& tallies) {
+  at::Tensor counts = tallies.at(0).choice_counts, probabilities = tallies[0].probability_sum, tokens = tallies[0].tokens;
+  for (size_t l = 1; l < tallies.size(); ++l) {
+    counts = counts + tallies[l].choice_counts;
+    probabilities = probabilities + tallies[l].probability_sum;
+    tokens = tokens + tallies[l].tokens;
+  }
+  return (counts / tokens * (probabilities / tokens)).sum() * static_cast<double>(c.num_experts);
+}
+
 at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
-                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear) {
+                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
+                          RouterTally* router, const at::Tensor& present) {
   using P = ModelConfig::ExpertProjection;
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const ExpertRouting routing = route_tokens(c, w(c.router_weight()), tokens);
+  if (router) *router = tally_router(c, routing.logits, present);
   // The (token, choice) pairs sorted by expert: each expert's tokens are one contiguous
   // run, gathered once and computed as one product per projection.
   const int64_t k = c.num_experts_per_tok;
@@ -159,7 +189,7 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
 
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
-                         const PartialSumReduce& reduce) {
+                         const PartialSumReduce& reduce, RouterTally* router) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -214,7 +244,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
                                                            : "post_attention_layernorm.weight"));
   at::Tensor mlp;
   if (c.layer_is_sparse(layer)) {
-    mlp = expert_mixture(c, w, m, linear);
+    mlp = expert_mixture(c, w, m, linear, router, attention.present);
   } else {
     at::Tensor gate = linear(m, "mlp.gate_proj");
     gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);

@@ -29,6 +29,10 @@ struct AttentionInputs {
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
   // causally within itself and never across.
   at::Tensor sequence_starts;
+  // Which of the B x T tokens are real (1) and which padding (0), as attention_inputs()
+  // was given them; undefined: all real (packed rows, no mask). The routers'
+  // load-balancing loss counts only the real ones, as transformers does.
+  at::Tensor present;
   // Generation (rollout/'s paged KV cache): the cache stores the layer's keys and
   // values [B, kv_heads, T, head_dim] and returns the attention of the queries
   // [B, heads, T, head_dim] over the row's cached tokens; keys, values and mask unused.
@@ -68,6 +72,21 @@ at::Tensor attend(const ModelConfig& config, const at::Tensor& q, const at::Tens
 // Sums a row-parallel projection's partial outputs over a tensor-parallel group, in place.
 using PartialSumReduce = std::function<void(at::Tensor&)>;
 
+// What a sparse layer's router did with the real tokens (AttentionInputs::present): the
+// parts of transformers' load-balancing loss (load_balancing_loss_func) and of the
+// expert-load statistics. As transformers: softmax in the router logits' dtype, top-k of
+// those probabilities.
+struct RouterTally {
+  at::Tensor probability_sum;  // [experts] float32: the tokens' router probabilities summed (with their graph)
+  at::Tensor choice_counts;    // [experts] float32: how many of the tokens' top-k choices each expert got
+  at::Tensor tokens;           // float32 scalar: the real tokens counted
+};
+
+// transformers' load-balancing loss over `tallies` (one per sparse layer):
+// experts * sum_e (C_e / R) * (P_e / R), C and P summed over the layers, R the tokens
+// of all layers. Differentiable through the probability sums.
+at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<RouterTally>& tallies);
+
 // One decoder layer; `keys`/`values` (undefined, or the cache's) grow by this step's,
 // unless attention.cached keeps them.
 // A linear `name` with weights `name.lora_A.weight` and `name.lora_B.weight` adds
@@ -76,9 +95,11 @@ using PartialSumReduce = std::function<void(at::Tensor&)>;
 // slices (q/k/v, gate/up by output rows; o_proj, down_proj by input columns), and
 // `reduce` sums the o_proj and down_proj outputs over the group before each residual add.
 // `layer`: its index (Gemma's sliding layers take the local rotary tables).
+// `router`: when given and the layer is sparse, filled with its router's tally.
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
-                         double lora_scale = 0.0, const PartialSumReduce& reduce = {});
+                         double lora_scale = 0.0, const PartialSumReduce& reduce = {},
+                         RouterTally* router = nullptr);
 
 // A sparse layer's router on tokens [N, hidden]: logits [N, experts], and each token's
 // top num_experts_per_tok experts [N, k] (int64) with their weights [N, k] (softmax
@@ -91,8 +112,10 @@ ExpertRouting route_tokens(const ModelConfig& config, const at::Tensor& router_w
 // A sparse layer's MLP on x [..., hidden]: each token through its routed experts, weighted
 // and summed; every expert's tokens in one product per projection, none dropped.
 // `linear(in, name)` applies the layer's linear `name` (with its LoRA adapter when set).
+// `router`: filled with the tally of the tokens `present` marks (undefined: all), when given.
 at::Tensor expert_mixture(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
-                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear);
+                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
+                          RouterTally* router = nullptr, const at::Tensor& present = {});
 
 // Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,

@@ -62,12 +62,12 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::Tensor
 }
 
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys,
-                                 at::Tensor& values) {
+                                 at::Tensor& values, RouterTally* router) {
   auto lookup = [this](const std::string& name) {
     auto it = weights_.find(name);
     return it == weights_.end() ? at::Tensor() : it->second;
   };
-  return decoder_layer(config_, index_, lookup, x, attention, keys, values);
+  return decoder_layer(config_, index_, lookup, x, attention, keys, values, 0.0, {}, router);
 }
 
 DecoderStack::DecoderStack(const ModelConfig& c, const at::TensorOptions& options) {
@@ -85,7 +85,8 @@ CausalLM::CausalLM(const ModelConfig& config, const at::TensorOptions& options) 
     lm_head = holder(*this, "lm_head")->register_parameter("weight", at::empty({config_.vocab_size, config_.hidden_size}, options));
 }
 
-at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KVCache* cache) {
+at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KVCache* cache,
+                             std::vector<RouterTally>* routers) {
   at::Tensor h = embed_tokens(config_, model->embed_tokens, input_ids);
   AttentionInputs attention = attention_inputs(config_, input_ids, attention_mask, cache, h.scalar_type());
   if (cache && cache->keys.empty()) {
@@ -95,7 +96,10 @@ at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& atte
   for (size_t i = 0; i < model->layers.size(); ++i) {
     at::Tensor keys = cache ? cache->keys[i] : at::Tensor();
     at::Tensor values = cache ? cache->values[i] : at::Tensor();
-    h = model->layers[i]->forward(h, attention, keys, values);
+    RouterTally tally;
+    const bool tallied = routers && config_.layer_is_sparse(static_cast<int64_t>(i));
+    h = model->layers[i]->forward(h, attention, keys, values, tallied ? &tally : nullptr);
+    if (tallied) routers->push_back(tally);
     if (cache) {
       cache->keys[i] = keys;
       cache->values[i] = values;

@@ -29,7 +29,8 @@ struct KVCache {
 class DecoderLayer : public torch::nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, int64_t index, const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values);
+  at::Tensor forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
+                     RouterTally* router = nullptr);
 
  private:
   ModelConfig config_;
@@ -54,7 +55,10 @@ class CausalLM : public torch::nn::Module {
   // attention_mask [B, T] (1 token, 0 padding) is optional; positions default to
   // 0.. for each sequence, counting only its tokens (left padding is skipped over).
   // With a cache, the tokens continue the cached ones and the cache grows by T.
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, KVCache* cache = nullptr);
+  // `routers`: each sparse layer's router tally appended, in layer order (for
+  // load_balancing_loss).
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, KVCache* cache = nullptr,
+                     std::vector<RouterTally>* routers = nullptr);
 
   const ModelConfig& config() const { return config_; }
   std::shared_ptr<DecoderStack> model;

@@ -48,13 +48,17 @@ struct MinibatchSums {
 // its backward: a non-finite one skips the whole minibatch's update.
 MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const StepAdvantages& adv,
                                  const at::Tensor& loss_weights, const at::Tensor& answer_ids, int64_t begin,
-                                 int64_t end, double global_units, Policy& policy, Communicator& comm,
+                                 int64_t end, double global_units, double global_tokens, Policy& policy,
+                                 Communicator& comm,
                                  const at::Device& device) {
   const ActorConfig& actor = cfg.actor;
   MinibatchSums sums;
   for (const MicroBatch& mb :
        micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device)) {
-    at::Tensor logits = mb.forward(policy);
+    // The micro-batch's share of the minibatch's loss tokens (a mixture of experts'
+    // load-balancing loss follows it: Policy::forward).
+    const double share = mb.lay_out(r.loss_mask).sum().item<double>() / global_tokens;
+    at::Tensor logits = mb.forward(policy, PolicyWeights::current, share);
     // The tokens rejection sampling masked leave the GSPO mean and the clip counts too.
     const at::Tensor mask = mb.lay_out(adv.ratio_mask.defined() ? adv.ratio_mask : r.loss_mask);
     TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
@@ -140,11 +144,14 @@ UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantag
   const int64_t rows = r.ids.size(0), n_minibatches = actor.ppo_n_minibatches;
   // Each minibatch's loss: weighted token losses over its units of all ranks (loss_agg_mode).
   const at::Tensor loss_weights = loss_token_weights(r.loss_mask, actor.loss_agg_mode, cfg.gconfig.max_new_tokens);
-  at::Tensor mb_units = at::zeros({n_minibatches}, at::kDouble);
-  for (int64_t m = 0; m < n_minibatches; ++m)
-    mb_units[m] = loss_units(
-        r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches),
-        actor.loss_agg_mode);
+  // Per minibatch over all ranks: its units and its loss tokens.
+  at::Tensor mb_units = at::zeros({2, n_minibatches}, at::kDouble);
+  for (int64_t m = 0; m < n_minibatches; ++m) {
+    const at::Tensor mask =
+        r.loss_mask.narrow(0, rows * m / n_minibatches, rows * (m + 1) / n_minibatches - rows * m / n_minibatches);
+    mb_units[0][m] = loss_units(mask, actor.loss_agg_mode);
+    mb_units[1][m] = mask.sum().item<double>();
+  }
   comm.all_reduce(mb_units, ReduceOp::Sum);
   // GSPO: which answer each target position belongs to (packed rows hold several).
   const at::Tensor answer_ids = actor.importance_sampling_level == "sequence"
@@ -153,10 +160,11 @@ UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantag
   UpdateFigures figures;
   for (int64_t m = 0; m < n_minibatches; ++m) {
     const int64_t begin = rows * m / n_minibatches, end = rows * (m + 1) / n_minibatches;
-    const double global_units = std::max(1.0, mb_units[m].item<double>());
+    const double global_units = std::max(1.0, mb_units[0][m].item<double>());
+    const double global_tokens = std::max(1.0, mb_units[1][m].item<double>());
     optimizer.zero_grad();
     const MinibatchSums sums = minibatch_backward(cfg, r, adv, loss_weights, answer_ids, begin, end, global_units,
-                                                  policy, comm, device);
+                                                  global_tokens, policy, comm, device);
     if (!sums.finite) {
       log::warn(cat("step ", step + 1, " minibatch ", m + 1, ": the loss is not finite; the update was skipped"));
       if (++bad_in_a_row >= kMaxBadUpdatesInARow)

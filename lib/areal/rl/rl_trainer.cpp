@@ -48,6 +48,7 @@ void report_and_save(const Config& cfg, int64_t step, const std::vector<size_t>&
   log::info(step_line(s));
   if (s.reward_failures > 0) log::warn(cat(s.reward_failures, " answers scored 0 because the reward function failed"));
   Stats row = stats_row(cfg, s, *parts.rollout, source.asynchronous());
+  for (auto& figure : policy.router_figures()) row.push_back(std::move(figure));  // a mixture of experts'
   source.add_stats(row);
   const bool last = step + 1 == total;
   if (std::optional<double> accuracy = source.evaluate_after_step(step + 1, last)) row.push_back({"eval_accuracy", *accuracy});

@@ -50,8 +50,11 @@ std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const 
 
 // The summed cross-entropy of one micro-batch's targets, each weighted by `weights`
 // (the set's [N, L - 1] loss weights). Collective, like MicroBatch::forward.
-at::Tensor weighted_loss_sum(const MicroBatch& mb, Policy& policy, const at::Tensor& weights) {
-  at::Tensor logits = mb.forward(policy);
+at::Tensor weighted_loss_sum(const MicroBatch& mb, Policy& policy, const at::Tensor& weights, double total_tokens = 0) {
+  // In a train step, the micro-batch's share of the step's loss tokens (for a mixture of
+  // experts' load-balancing loss: Policy::forward).
+  const double share = total_tokens > 0 ? mb.lay_out(weights).sum().item<double>() / total_tokens : 0;
+  at::Tensor logits = mb.forward(policy, PolicyWeights::current, share);
   at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                                  mb.targets().reshape({-1}), {}, at::Reduction::None);
   return (token_loss * mb.lay_out(weights).reshape({-1})).sum();
@@ -86,6 +89,7 @@ double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_
 struct SftStep {
   double loss = 0, tokens = 0, lr = 0;
   StepResult result;
+  NamedFigures router;  // a mixture of experts' (Policy::router_figures)
 };
 SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<size_t>& batch, int64_t step,
                    const RankInfo& me, Communicator& comm, Policy& policy, ShardedAdamW& optimizer) {
@@ -98,12 +102,13 @@ SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<siz
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);
   for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
                                             at::Device(me.device))) {
-    at::Tensor local_sum = weighted_loss_sum(mb, policy, weights);
+    at::Tensor local_sum = weighted_loss_sum(mb, policy, weights, out.tokens);
     (local_sum * (static_cast<double>(me.world_size) / out.tokens)).backward();
     loss_sum += local_sum.detach().to(at::kDouble).cpu();
   }
   comm.all_reduce(loss_sum, ReduceOp::Sum);
   out.loss = loss_sum.item<double>() / out.tokens;
+  out.router = policy.router_figures();
   out.lr = learning_rate(cfg.optimizer, step, in.schedule.total_steps);
   out.result = optimizer.step(out.lr);
   return out;
@@ -119,14 +124,15 @@ void report_step(const SftStep& s, int64_t step, int64_t total_steps, int64_t ep
                 static_cast<long long>(step + 1), static_cast<long long>(total_steps), s.loss, s.result.grad_norm,
                 s.lr, s.tokens / seconds, format_bytes(peak_rss_bytes()).c_str());
   const int64_t every = std::max<int64_t>(1, total_steps / 50);
-  if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || s.result.skipped) log::info(line);
+  const std::string text = s.router.empty() ? std::string(line) : cat(line, "  moe_aux ", format_fixed(s.router[0].second, 4));
+  if (step == 0 || (step + 1) % every == 0 || step + 1 == total_steps || s.result.skipped) log::info(text);
   if (!stats.is_open()) return;
-  stats << nlohmann::json{{"step", step + 1}, {"epoch", epoch}, {"rows", rows}, {"loss", s.loss},
-                          {"grad_norm", s.result.grad_norm}, {"lr", s.lr}, {"tokens", s.tokens},
-                          {"seconds", seconds}, {"skipped", s.result.skipped}, {"peak_rss_bytes", peak_rss_bytes()},
-                          {"prefetched_gathers", prefetched}}
-               .dump()
-        << "\n";
+  nlohmann::json row = {{"step", step + 1}, {"epoch", epoch}, {"rows", rows}, {"loss", s.loss},
+                        {"grad_norm", s.result.grad_norm}, {"lr", s.lr}, {"tokens", s.tokens},
+                        {"seconds", seconds}, {"skipped", s.result.skipped}, {"peak_rss_bytes", peak_rss_bytes()},
+                        {"prefetched_gathers", prefetched}};
+  for (const auto& [name, value] : s.router) row[name] = value;
+  stats << row.dump() << "\n";
   stats.flush();
 }
 
