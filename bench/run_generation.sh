@@ -7,7 +7,9 @@
 # ones: with a random model each token stops an answer with probability ~ STOPS / vocab).
 # Then tensor-parallel generation from the FSDP shards (bench/tp_generation_bench.cpp)
 # at t = 1 (one process, TP_THREADS torch threads) and t = 2 (two processes, one group,
-# TP_THREADS / 2 threads each): the same cores, prompts and answers (TP_SHAPE).
+# TP_THREADS / 2 threads each): the same cores, prompts and answers (TP_SHAPE). Then one
+# decode step against its floor, the same step's matrix products alone
+# (bench/decode_floor_bench.cpp), at FLOOR_ROWS rows and FLOOR_CONTEXTS tokens of context.
 # Writes bench/results/generation.json and generation.md.
 #   bench/run_generation.sh            # the full benchmark (a few minutes on 2 cores)
 #   SMOKE=1 bench/run_generation.sh    # the tiny test model, 4 rows x 8 tokens
@@ -24,6 +26,8 @@ else
   TP_SHAPE="${TP_SHAPE:-32x64}"
 fi
 TP_THREADS="${TP_THREADS:-2}"
+if [ -n "${SMOKE:-}" ]; then FLOOR_ROWS="${FLOOR_ROWS:-4}"; FLOOR_CONTEXTS="${FLOOR_CONTEXTS:-16}"; FLOOR_STEPS=2
+else FLOOR_ROWS="${FLOOR_ROWS:-8,32,128}"; FLOOR_CONTEXTS="${FLOOR_CONTEXTS:-64,256,1024}"; FLOOR_STEPS=8; fi
 write_prompts() {  # write_prompts ROWS FILE: ROWS random prompts of PROMPT_LEN tokens
   "$PY" - "$model" "$1" "$PROMPT_LEN" "$2" <<'PY'
 import json, random, sys
@@ -43,6 +47,8 @@ for run in $(for s in $SHAPES; do echo "$s:0"; done; for s in $STOP_SHAPES; do e
   "$PY" bench/reference/hf_generate.py "$model" "$work/prompts_$rows.json" "$new" "$stops" \
     "$work/hf_${rows}x${new}_${stops}.json"
 done
+echo "== one decode step against its matrix products alone (the floor): rows $FLOOR_ROWS, contexts $FLOOR_CONTEXTS"
+"$AREAL_BUILD/bench/areal_decode_floor_bench" "$model" "$work/floor.json" "$FLOOR_ROWS" "$FLOOR_CONTEXTS" "$FLOOR_STEPS"
 tp_rows="${TP_SHAPE%x*}"; tp_new="${TP_SHAPE#*x}"
 write_prompts "$tp_rows" "$work/tp_prompts.json"
 echo "== tensor-parallel generation from the shards, $tp_rows rows x $tp_new new tokens, $TP_THREADS cores"
@@ -67,8 +73,9 @@ meta = {"date": datetime.date.today().isoformat(), "label": label, "cores": os.c
         "machine": platform.processor() or platform.machine(), "torch": torch.__version__, "prompt_tokens": int(prompt_len)}
 suffix = "" if label == "full" else f"_{label}"
 tp = [json.load(open(f"{work}/tp_{t}.json")) for t in (1, 2)]
-json.dump({"meta": meta, "rows": rows, "tensor_parallel": tp}, open(os.path.join(results, f"generation{suffix}.json"), "w"),
-          indent=1)
+floor = json.load(open(f"{work}/floor.json"))["rows"]
+json.dump({"meta": meta, "rows": rows, "tensor_parallel": tp, "decode_floor": floor},
+          open(os.path.join(results, f"generation{suffix}.json"), "w"), indent=1)
 lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, float32; "
          f"prompts of {prompt_len} tokens, sampled answers (temperature 1).", "",
          "| rows x new tokens | answers | areal-train tokens/s | transformers tokens/s | ratio |", "|---|---|---|---|---|"]
@@ -89,6 +96,19 @@ for r in tp:
     lines.append(f"| {r['tensor_parallel']} | {r['tokens_per_second']:.0f} | "
                  f"{r['tokens_per_second'] / tp[0]['tokens_per_second']:.2f} | {r['weight_bytes_per_rank'] / 2**20:.1f} MiB | "
                  f"{r['cache_bytes_per_rank'] / 2**20:.1f} MiB | {r['slicing_seconds']:.2f} s |")
+lines += ["", "One decode step (embedding, layers over the paged KV cache, head, sampling) against its floor: the "
+          "same step's matrix products alone (every projection and the head as at::linear on the step's shapes), "
+          "milliseconds per step; attention, sampling and the step's own products from its profile.", "",
+          "| rows | context | step ms | floor ms | floor / step | products in the step | attention | sampling | rest |",
+          "|---|---|---|---|---|---|---|---|---|"]
+for r in floor:
+    ops = r["ops_seconds_per_step"]
+    linear, attention = ops.get("aten::linear", 0), ops.get("areal::paged_decode_attention", 0)
+    sampling = ops.get("areal::sample_next", 0)
+    rest = r["step_seconds"] - linear - attention - sampling
+    lines.append(f"| {r['rows']} | {r['context']} | {r['step_seconds'] * 1e3:.1f} | {r['floor_seconds'] * 1e3:.1f} | "
+                 f"{r['floor_share']:.2f} | {linear * 1e3:.1f} | {attention * 1e3:.1f} | {sampling * 1e3:.1f} | "
+                 f"{rest * 1e3:.1f} |")
 open(os.path.join(results, f"generation{suffix}.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,11 +30,16 @@ SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> s
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
+inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+// The uniform draw in (0, 1) of (row key, token id): the Gumbel noise's source.
+inline double uniform(uint64_t row_key, uint64_t id_hash) {
+  return (static_cast<double>(splitmix64(row_key ^ id_hash) >> 11) + 0.5) * 0x1p-53;
 }
 
 // The key of a row's step: its generator's next 64 bits (each rank of a group holds the
@@ -52,8 +58,7 @@ at::Tensor gumbel_noise(const std::vector<uint64_t>& keys, int64_t first, int64_
   at::parallel_for(0, rows * columns, 1 << 14, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const uint64_t id = static_cast<uint64_t>(first + i % columns);
-      const uint64_t bits = splitmix64(keys[static_cast<size_t>(i / columns)] ^ splitmix64(id));
-      const double u = (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53;  // in (0, 1)
+      const double u = uniform(keys[static_cast<size_t>(i / columns)], splitmix64(id));
       out[i] = static_cast<float>(-std::log(-std::log(u)));
     }
   });
@@ -73,21 +78,90 @@ void all_reduce(at::Tensor& t, ReduceOp op, Communicator* group) {
   if (group && group->world_size() > 1) group->all_reduce(t, op);
 }
 
+// Each rank's best (score plus noise) with its token id and base score: [rows, 3] offers
+// for draw(). The Gumbel-max draw argmax_i s_i + g_i, g_i = -log(-log u_i), is
+// argmin_i E_i / e_i with E_i = -log u_i and e_i = exp(s_i - top). Since E_i >= 1 - u_i,
+// a token whose 1 - u_i is at least best * e_i cannot win: its log is never taken, and
+// the test can use `bound`, the vectorized exp (within 1e-5 of e_i from above once
+// scaled), leaving exact keys (std::exp, the same on every rank and at every t) to the
+// few candidates, about log(columns) per row. The offer's value is -key, so the largest
+// wins across ranks, as for the other paths.
+at::Tensor plain_offers(const at::Tensor& scores, const at::Tensor& bound, const at::Tensor& top, int64_t first,
+                        const std::vector<uint64_t>& keys) {
+  const int64_t rows = scores.size(0), columns = scores.size(1);
+  std::vector<uint64_t> id_hash(static_cast<size_t>(columns));
+  for (int64_t i = 0; i < columns; ++i) id_hash[i] = splitmix64(static_cast<uint64_t>(first + i));
+  const at::Tensor s = scores.contiguous(), e = bound.contiguous(), t = top.contiguous();
+  at::Tensor offers = at::empty({rows, 3}, at::kDouble);
+  const float* score = s.data_ptr<float>();
+  const float* approx = e.data_ptr<float>();
+  const float* tops = t.data_ptr<float>();
+  double* offer = offers.data_ptr<double>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = score + r * columns;
+      const float* upper = approx + r * columns;
+      double best = INFINITY;
+      int64_t winner = -1;
+      for (int64_t i = 0; i < columns; ++i) {
+        if (upper[i] == 0) continue;  // masked, or too unlikely to matter (below float's range)
+        const double u = uniform(keys[r], id_hash[i]);
+        if (1.0 - u >= best * (upper[i] * (1.0 + 1e-5))) continue;
+        const double key = -std::log(u) / std::exp(row[i] - tops[r]);
+        if (key < best) {
+          best = key;
+          winner = i;
+        }
+      }
+      // A rank whose columns are all masked offers nothing that can win.
+      offer[3 * r] = winner < 0 ? -INFINITY : -best;
+      offer[3 * r + 1] = static_cast<double>(first + std::max<int64_t>(winner, 0));
+      offer[3 * r + 2] = winner < 0 ? -INFINITY : row[winner];
+    }
+  });
+  return offers;
+}
+
+// The group's best offer per row (the lowest rank, so the lowest id, on a tie): the token
+// and its log-prob under the base distribution (log_z: its log-normalizer, [rows, 1]).
+NextTokens draw(const at::Tensor& offer, const at::Tensor& log_z, Communicator* group) {
+  const at::Tensor offers = gather_columns(offer, group);  // [rows, 3 t]
+  auto o = offers.accessor<double, 2>();
+  auto lz = log_z.accessor<double, 2>();
+  NextTokens next;
+  for (int64_t r = 0; r < offers.size(0); ++r) {
+    int64_t winner = 0;
+    for (int64_t j = 1; j < offers.size(1) / 3; ++j)
+      if (o[r][3 * j] > o[r][3 * winner]) winner = j;
+    next.tokens.push_back(static_cast<int64_t>(o[r][3 * winner + 1]));
+    next.logprobs.push_back(static_cast<float>(o[r][3 * winner + 2] - lz[r][0]));
+  }
+  return next;
+}
+
 }  // namespace
 
 NextTokens sample_next(const VocabSlice& slice, const SamplingParams& p, std::vector<at::Generator>& generators,
                        const std::vector<bool>& hold_stop, Communicator* group) {
+  RECORD_FUNCTION("areal::sample_next", std::vector<c10::IValue>());  // named in profiles
   const int64_t rows = slice.logits.size(0), columns = slice.logits.size(1);
   const int64_t real = std::clamp<int64_t>(slice.vocab_size - slice.first, 0, columns);
-  const bool bad = !at::isfinite(slice.logits.narrow(1, 0, real)).all().item<bool>();
+  // Non-finite logits anywhere: NaN and +-inf reach a row's minimum or maximum.
+  bool bad = false;
+  if (real > 0) {
+    const at::Tensor part = slice.logits.narrow(1, 0, real);
+    bad = !(at::isfinite(part.amin(1)) & at::isfinite(part.amax(1))).all().item<bool>();
+  }
 
   // The scores: logits / temperature, padding and held-back stop ids at -inf.
-  at::Tensor scores = slice.logits / p.temperature;
+  at::Tensor scores =
+      (p.temperature == 1.0 ? slice.logits.clone(at::MemoryFormat::Contiguous) : slice.logits / p.temperature).contiguous();
   if (real < columns) scores.narrow(1, real, columns - real).fill_(-INFINITY);
+  float* score = scores.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r) {
     if (!hold_stop[static_cast<size_t>(r)]) continue;
     for (int64_t id : p.stop_ids)
-      if (id >= slice.first && id < slice.first + real) scores[r][id - slice.first] = -INFINITY;
+      if (id >= slice.first && id < slice.first + real) score[r * columns + id - slice.first] = -INFINITY;
   }
 
   // The maxima (with a flag for non-finite logits anywhere) and the normalizer.
@@ -97,6 +171,16 @@ NextTokens sample_next(const VocabSlice& slice, const SamplingParams& p, std::ve
     throw std::runtime_error("generation: the policy's logits are not finite (NaN or inf in the weights; a diverged "
                              "run? lower optimizer.lr)");
   const at::Tensor top = maxima.narrow(0, 0, rows).unsqueeze(1);
+  std::vector<uint64_t> keys;
+  if (!p.greedy)
+    for (int64_t r = 0; r < rows; ++r) keys.push_back(step_key(generators.at(static_cast<size_t>(r))));
+  const bool filtered = (p.top_k > 0 && p.top_k < slice.vocab_size) || p.top_p < 1.0;
+  if (!p.greedy && !filtered) {  // plain sampling: one exp of the scores for the normalizer and the draw
+    const at::Tensor e = (scores - top).exp_();
+    at::Tensor z = e.sum(1, /*keepdim=*/true).to(at::kDouble);
+    all_reduce(z, ReduceOp::Sum, group);
+    return draw(plain_offers(scores, e, top, slice.first, keys), top.to(at::kDouble) + z.log(), group);
+  }
   auto normalizer = [&](const at::Tensor& s) {  // sum of exp(s - top) over the whole vocabulary, [rows, 1]
     at::Tensor z = (s - top).exp().to(at::kDouble).sum(1, /*keepdim=*/true);
     all_reduce(z, ReduceOp::Sum, group);
@@ -133,28 +217,12 @@ NextTokens sample_next(const VocabSlice& slice, const SamplingParams& p, std::ve
 
   // Each rank's best (score plus noise) with its token id and base score; the group's
   // best wins, the lowest id on a tie (as argmax over the whole vocabulary).
-  at::Tensor value = scores;
-  if (!p.greedy) {
-    std::vector<uint64_t> keys;
-    for (int64_t r = 0; r < rows; ++r) keys.push_back(step_key(generators.at(static_cast<size_t>(r))));
-    value = scores + gumbel_noise(keys, slice.first, columns);
-  }
+  const at::Tensor value = p.greedy ? scores : scores + gumbel_noise(keys, slice.first, columns);
   auto [best, column] = value.max(1, /*keepdim=*/true);
-  at::Tensor offer = at::cat({best.to(at::kDouble), (column + slice.first).to(at::kDouble),
-                              base.gather(1, column).to(at::kDouble)},
-                             1);
-  at::Tensor offers = gather_columns(offer, group);  // [rows, 3 t]
-  auto o = offers.accessor<double, 2>();
-  auto lz = log_z.accessor<double, 2>();
-  NextTokens next;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t winner = 0;
-    for (int64_t j = 1; j < offers.size(1) / 3; ++j)
-      if (o[r][3 * j] > o[r][3 * winner]) winner = j;
-    next.tokens.push_back(static_cast<int64_t>(o[r][3 * winner + 1]));
-    next.logprobs.push_back(static_cast<float>(o[r][3 * winner + 2] - lz[r][0]));
-  }
-  return next;
+  const at::Tensor offer = at::cat({best.to(at::kDouble), (column + slice.first).to(at::kDouble),
+                                    base.gather(1, column).to(at::kDouble)},
+                                   1);
+  return draw(offer, log_z, group);
 }
 
 }  // namespace areal

@@ -11,6 +11,9 @@
 // from a hash of a key the row's generator gives at each step. That is a draw from
 // softmax(logit / temperature) over the kept tokens, and it depends on the row's seed
 // only: not on t, on the rank that holds a token or on the rows decoded beside it.
+// Without top-k/top-p (RL's usual setting) nothing is sorted and no noise tensor is
+// made: one pass per row keeps the best draw, and only the few tokens that can still
+// win (about log(vocabulary) per row) need the noise's logarithms (sampling.cpp).
 #pragma once
 
 #include <ATen/core/Generator.h>
