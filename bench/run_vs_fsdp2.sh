@@ -15,6 +15,8 @@
 # Writes bench/results/vs_fsdp2.json, vs_fsdp2.md and vs_fsdp2.png.
 #   bench/run_vs_fsdp2.sh                              # the full benchmark (~0.5 B init, 74 M training)
 #   SMOKE=1 bench/run_vs_fsdp2.sh                      # tiny models, N=2 only: the CI smoke run
+#   MOE=1 bench/run_vs_fsdp2.sh                        # mixtures of experts (Qwen3-MoE, 0.68 B init,
+#                                                      # 131 M training; init and training parts)
 #   PARTS=init bench/run_vs_fsdp2.sh                   # some parts only (init training packing);
 #                                                      # results then go to vs_fsdp2_<label>-<parts>.*
 set -euo pipefail
@@ -26,6 +28,13 @@ if [ -n "${SMOKE:-}" ]; then
   NP_INIT="${NP_INIT:-2}"; NP_TRAIN="${NP_TRAIN:-2}"; STEPS="${STEPS:-3}"; WARMUP="${WARMUP:-1}"
   BATCH="${BATCH:-4}"; SEQ="${SEQ:-32}"; label="smoke"
   PACK_NP="${PACK_NP:-2}"; PACK_BATCH=4; PACK_STEPS=2; PACK_MIN=8; PACK_MAX=64; PACK_MEDIAN=16; PACK_BUDGET=128
+elif [ -n "${MOE:-}" ]; then
+  init_model="$models/qwen3moe_0p7b_float32"; train_model="$models/qwen3moe_130m_float32"
+  "$PY" bench/make_bench_model.py "$init_model" float32 moe_0.7b
+  "$PY" bench/make_bench_model.py "$train_model" float32 moe_130m
+  NP_INIT="${NP_INIT:-1 2 4}"; NP_TRAIN="${NP_TRAIN:-1 2 4}"; STEPS="${STEPS:-5}"; WARMUP="${WARMUP:-1}"
+  BATCH="${BATCH:-4}"; SEQ="${SEQ:-128}"; label="moe"; PARTS="${PARTS:-init training}"
+  PACK_NP=""; PACK_BATCH=8; PACK_STEPS=4; PACK_MIN=32; PACK_MAX=512; PACK_MEDIAN=100; PACK_BUDGET=1024
 else
   init_model="$models/qwen2_0p5b_float32"; train_model="$models/qwen2_74m_float32"
   "$PY" bench/make_bench_model.py "$init_model" float32 0.5b
@@ -35,9 +44,10 @@ else
   PACK_NP="${PACK_NP:-1 2}"; PACK_BATCH=8; PACK_STEPS=4; PACK_MIN=32; PACK_MAX=512; PACK_MEDIAN=100; PACK_BUDGET=1024
 fi
 LR=1e-4
-PARTS="${PARTS:-init training packing}"
+default_parts="init training packing"; [ -n "${MOE:-}" ] && default_parts="init training"
+PARTS="${PARTS:-$default_parts}"
 export AREAL_BENCH_PARTS="$PARTS"
-[ "$PARTS" = "init training packing" ] || label="$label-${PARTS// /-}"
+[ "$PARTS" = "$default_parts" ] || label="$label-${PARTS// /-}"
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 wants init || NP_INIT=""
 wants training || NP_TRAIN=""
