@@ -149,8 +149,9 @@ TEST_CASE("rollout: sampling over vocabulary slices picks the tokens and log-pro
   // Random logits of 6 rows over 103 tokens (not a multiple of t: the last rank's
   // columns are partly padding); each group of t ranks splits the columns as
   // RolloutModel does, t = 1 is the whole vocabulary in one process.
-  const int64_t rows = 6, vocab = 103;
-  const at::Tensor logits = 3 * at::randn({rows, vocab}, at::make_generator<at::CPUGeneratorImpl>(11));
+  const int64_t rows = 6;
+  int64_t vocab = 103;
+  at::Tensor logits = 3 * at::randn({rows, vocab}, at::make_generator<at::CPUGeneratorImpl>(11));
   SamplingParams plain;
   plain.temperature = 0.7;
   plain.stop_ids = {4, 100};
@@ -172,7 +173,20 @@ TEST_CASE("rollout: sampling over vocabulary slices picks the tokens and log-pro
     for (int step = 0; step < 20; ++step) steps.push_back(sample_next(slice, p, generators, hold_stop, group));
     return steps;
   };
-  for (const SamplingParams* p : {&plain, &greedy, &top_k, &top_p, &both}) {
+  // A wide vocabulary whose nucleus does not fit the first partial selection (64 tokens)
+  // on one rank and does on another: ids below 1000 share 45 % of the mass over 1000
+  // tokens, ten ids above hold the rest; top_p 0.3.
+  at::Tensor wide = at::full({rows, 2000}, -30.0f);
+  wide.narrow(1, 0, 1000).copy_(0.05 * at::randn({rows, 1000}, at::make_generator<at::CPUGeneratorImpl>(12)));
+  wide.narrow(1, 1000, 10).fill_(std::log(0.55f / 0.45f * 1000 / 10));
+  SamplingParams wide_nucleus = plain;
+  wide_nucleus.top_p = 0.3;
+  wide_nucleus.stop_ids = {};
+  for (const SamplingParams* p : {&plain, &greedy, &top_k, &top_p, &both, &wide_nucleus}) {
+    if (p == &wide_nucleus) {
+      logits = wide;
+      vocab = 2000;
+    }
     const std::vector<NextTokens> want = draw(*p, 1, nullptr, 0);
     for (int64_t t : {2, 4}) {
       if (g_me.world_size % t != 0) continue;

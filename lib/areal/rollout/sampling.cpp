@@ -49,22 +49,6 @@ uint64_t step_key(at::Generator& generator) {
   return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
 }
 
-// Gumbel noise [rows, columns] for token ids first, first + 1, ...: a function of (key,
-// token id) alone.
-at::Tensor gumbel_noise(const std::vector<uint64_t>& keys, int64_t first, int64_t columns) {
-  const int64_t rows = static_cast<int64_t>(keys.size());
-  at::Tensor noise = at::empty({rows, columns}, at::kFloat);
-  float* out = noise.data_ptr<float>();
-  at::parallel_for(0, rows * columns, 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t id = static_cast<uint64_t>(first + i % columns);
-      const double u = uniform(keys[static_cast<size_t>(i / columns)], splitmix64(id));
-      out[i] = static_cast<float>(-std::log(-std::log(u)));
-    }
-  });
-  return noise;
-}
-
 // Every rank's [rows, n] side by side: [rows, t * n], rank order (t = 1: `local`).
 at::Tensor gather_columns(const at::Tensor& local, Communicator* group) {
   if (!group || group->world_size() == 1) return local;
@@ -78,8 +62,8 @@ void all_reduce(at::Tensor& t, ReduceOp op, Communicator* group) {
   if (group && group->world_size() > 1) group->all_reduce(t, op);
 }
 
-// Each rank's best (score plus noise) with its token id and base score: [rows, 3] offers
-// for draw(). The Gumbel-max draw argmax_i s_i + g_i, g_i = -log(-log u_i), is
+// Each rank's best (score plus noise) over its kept tokens (the others at -inf) with its
+// token id and score: [rows, 3] offers for draw(). The Gumbel-max draw argmax_i s_i + g_i, g_i = -log(-log u_i), is
 // argmin_i E_i / e_i with E_i = -log u_i and e_i = exp(s_i - top). Since E_i >= 1 - u_i,
 // a token whose 1 - u_i is at least best * e_i cannot win: its log is never taken, and
 // the test can use `bound`, the vectorized exp (within 1e-5 of e_i from above once
@@ -120,6 +104,19 @@ at::Tensor plain_offers(const at::Tensor& scores, const at::Tensor& bound, const
     }
   });
   return offers;
+}
+
+// Each row's likeliest scores of this rank in descending order, at least as many as hold
+// top_p of the probability (z: the normalizer) where the rank holds that much, else all:
+// a top-k of growing k (a partial selection, linear in the vocabulary) instead of a sort,
+// until k would pass a quarter of the columns (then a top-k costs more than the sort).
+at::Tensor likeliest(const at::Tensor& scores, const at::Tensor& top, const at::Tensor& z, double top_p) {
+  const int64_t columns = scores.size(1);
+  for (int64_t k = 64; 4 * k <= columns; k *= 8) {
+    at::Tensor best = std::get<0>(scores.topk(k, 1));  // sorted, descending
+    if (((best.to(at::kDouble) - top).exp().sum(1, /*keepdim=*/true) / z >= top_p).all().item<bool>()) return best;
+  }
+  return std::get<0>(scores.sort(1, /*descending=*/true));
 }
 
 // The group's best offer per row (the lowest rank, so the lowest id, on a tie): the token
@@ -202,23 +199,26 @@ NextTokens sample_next(const VocabSlice& slice, const SamplingParams& p, std::ve
     // always stays). A token kept overall is kept by that rule within its rank too, so
     // each rank offers only those: the same count m from every rank, sorted.
     const at::Tensor z = normalizer(scores);
-    at::Tensor sorted = std::get<0>(scores.sort(1, /*descending=*/true));
+    at::Tensor sorted = likeliest(scores, top, z, p.top_p);
     at::Tensor probs = (sorted.to(at::kDouble) - top).exp() / z;
     at::Tensor offered = ((probs.cumsum(1) - probs) < p.top_p) & (probs > 0);
     at::Tensor m = offered.sum(1).max().to(at::kDouble).reshape({1});
     all_reduce(m, ReduceOp::Max, group);
-    at::Tensor candidates = gather_columns(sorted.narrow(1, 0, m.item<int64_t>()), group);
-    candidates = std::get<0>(candidates.sort(1, /*descending=*/true));
+    const int64_t offers = m.item<int64_t>();  // another rank's may be more than this one selected
+    if (offers > sorted.size(1)) sorted = std::get<0>(scores.topk(offers, 1));
+    at::Tensor candidates = gather_columns(sorted.narrow(1, 0, offers), group);
+    if (group && group->world_size() > 1) candidates = std::get<0>(candidates.sort(1, /*descending=*/true));
     at::Tensor candidate_probs = (candidates.to(at::kDouble) - top).exp() / z;
     at::Tensor kept = ((candidate_probs.cumsum(1) - candidate_probs) < p.top_p).sum(1, /*keepdim=*/true);
     at::Tensor lowest = candidates.gather(1, (kept - 1).clamp_min(0));
     scores = scores.masked_fill(scores < lowest, -INFINITY);
   }
 
-  // Each rank's best (score plus noise) with its token id and base score; the group's
-  // best wins, the lowest id on a tie (as argmax over the whole vocabulary).
-  const at::Tensor value = p.greedy ? scores : scores + gumbel_noise(keys, slice.first, columns);
-  auto [best, column] = value.max(1, /*keepdim=*/true);
+  // The draw over the kept tokens (a kept token's score is its base score); greedy: each
+  // rank's best with its id. The group's best wins, the lowest id on a tie (as argmax
+  // over the whole vocabulary).
+  if (!p.greedy) return draw(plain_offers(scores, (scores - top).exp_(), top, slice.first, keys), log_z, group);
+  auto [best, column] = scores.max(1, /*keepdim=*/true);
   const at::Tensor offer = at::cat({best.to(at::kDouble), (column + slice.first).to(at::kDouble),
                                     base.gather(1, column).to(at::kDouble)},
                                    1);
