@@ -348,6 +348,9 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   CHECK((one_one.separate && one_one.generation_ranks() == 1 && one_one.trains(1)));
   CHECK((!plain.separate && plain.generation_ranks() == 0 && plain.trains(0)));
   CHECK_THAT(error_of([&] { shapes("areal:d1t1", "fsdp:d2", "static", 4); }), Contains("asks for 2 training ranks"));
+  // AReaL's expert-parallel dimension: e1 is what areal-train does; more is refused by name.
+  CHECK(shapes("", "fsdp:d2e1", "static", 2).actor.data == 2);
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2e2", "static", 2); }), Contains("asks for expert parallelism"));
 }
 
 TEST_CASE("config: AReaL's NormConfig sections: null is off, a section given takes AReaL's defaults",

@@ -42,7 +42,12 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
       case 't': shape.tensor = n; break;
       case 'p': pipeline = n; break;
       case 'c': context = n; break;
-      default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c"));
+      case 'e':  // AReaL's expert parallelism (MoE)
+        if (n != 1)
+          return refuse("asks for expert parallelism, which areal-train does not have yet (use e1): a mixture of "
+                        "experts' experts are sharded over the ranks with every other weight (docs/models.md)");
+        break;
+      default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c, e"));
     }
   }
   // AReaL's SFT config names the training engine alone (`backend: fsdp`): every rank.
