@@ -121,6 +121,7 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   }
   REQUIRE(fs::exists(fs::path(checkpoint) / "config.json"));
   int runs = 0;
+  std::string last_output;
   auto first_step = [&](int n, const std::string& extra = "") {
     const fs::path dir = root / ("n" + std::to_string(n) + "_" + std::to_string(runs++));
     Result r = run(kMpirun + " -np " + std::to_string(n) + " " + kBin + " --config configs/demo_grpo.yaml --model_path " +
@@ -128,6 +129,7 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
                    dir.string() + " " + extra);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
+    last_output = r.output;
     std::vector<json> rows = read_jsonl(dir / "demo" / "grpo" / "stats.jsonl");
     REQUIRE(rows.size() == 1);
     return rows[0];
@@ -146,6 +148,13 @@ TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2"
   for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
     CHECK(decoupled[key].get<double>() == Approx(recomputed[key].get<double>()).epsilon(1e-4).margin(1e-6));
   CHECK(decoupled["rejection_filtered_share"].get<double>() == 0.0);
+  // One minibatch without KL: the recomputed log-probs come from the update's own forward
+  // (no separate one); the same step as the separate recompute (decoupled PPO still runs it).
+  json fused = first_step(2, "actor.ppo_n_minibatches=1 actor.recompute_logprob=true");
+  CHECK_THAT(last_output, Contains("from the update's own forward"));
+  json separate = first_step(2, "actor.ppo_n_minibatches=1 actor.use_decoupled_loss=true");
+  for (const char* key : {"reward_mean", "loss", "grad_norm", "clip_fraction"})
+    CHECK(fused[key].get<double>() == Approx(separate[key].get<double>()).epsilon(1e-4).margin(1e-6));
   // Tensor-parallel generation (both ranks generate the batch together, each holding
   // half of every weight) samples the same answers: the same step.
   json tensor_parallel = first_step(2, "rollout.backend=sglang:d1t2 actor.backend=fsdp:d2");

@@ -62,7 +62,7 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
     // The tokens rejection sampling masked leave the GSPO mean and the clip counts too.
     const at::Tensor mask = mb.lay_out(adv.ratio_mask.defined() ? adv.ratio_mask : r.loss_mask);
     TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
-    const at::Tensor base = mb.lay_out(adv.ratio_base);
+    const at::Tensor base = adv.ratio_base.defined() ? mb.lay_out(adv.ratio_base) : tl.logprobs.detach();
     const at::Tensor logp =
         answer_ids.defined() ? sequence_level_logp(tl.logprobs, base, mask, mb.lay_out(answer_ids)) : tl.logprobs;
     PpoTokenLoss pl =
@@ -88,6 +88,10 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
 
 }  // namespace
 
+bool old_logp_from_update(const ActorConfig& actor) {
+  return actor.recompute_logprob && !actor.use_decoupled_loss && actor.ppo_n_minibatches == 1 && actor.kl_ctl == 0;
+}
+
 StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Policy& policy, Communicator& comm,
                                   const at::Device& device) {
   const ActorConfig& actor = cfg.actor;
@@ -111,12 +115,16 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
   // Decoupled PPO keeps generation's log-probs as the behaviour's and recomputes the
   // proximal ones; otherwise recompute_logprob replaces them.
   at::Tensor proximal_logp;
-  if (actor.use_decoupled_loss || actor.recompute_logprob) {
-    at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb,
-                                          actor.temperature, device);
-    (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
+  if (old_logp_from_update(actor)) {
+    adv.ratio_base = at::Tensor();  // the update's forward gives them
+  } else {
+    if (actor.use_decoupled_loss || actor.recompute_logprob) {
+      at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb,
+                                            actor.temperature, device);
+      (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
+    }
+    adv.ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
   }
-  adv.ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
   const RejectionSamplingConfig rs = effective_rejection_sampling(actor);
   if (actor.use_decoupled_loss && rs.level != "none") {
     RejectionResult filter = apply_rejection_sampling(proximal_logp, r.old_logp, r.loss_mask, rs);

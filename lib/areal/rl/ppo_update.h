@@ -18,9 +18,14 @@
 namespace areal {
 
 // What the update needs besides the rollout, [rows, L - 1] like its tensors.
+// actor.recompute_logprob with one minibatch and no KL: the recomputed log-probs are
+// those the update's own forward computes before its only optimizer step, so they are
+// taken from it (detached) and no separate forward runs.
+bool old_logp_from_update(const ActorConfig& actor);
+
 struct StepAdvantages {
   at::Tensor advantages;
-  at::Tensor ratio_base;  // the log-probs the PPO ratio is taken against
+  at::Tensor ratio_base;  // the log-probs the PPO ratio is taken against (undefined: the update's own)
   at::Tensor weights;     // decoupled PPO's behaviour weights (undefined: none)
   at::Tensor ratio_mask;  // loss_mask less the tokens rejection sampling masked (undefined: loss_mask)
   double filtered_tokens = 0;  // this rank's answer tokens rejection sampling masked or clamped

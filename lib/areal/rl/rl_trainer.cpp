@@ -70,6 +70,8 @@ RlSummary run_rl(const Config& cfg, const RlInputs& in, const RankInfo& me, Comm
   log::info(cat("rl: ", in.train->size(), " prompts, ", schedule.steps_per_epoch, " steps per epoch, ",
                 schedule.total_steps, " steps; ", cfg.train_dataset.batch_size, " prompts x ", cfg.gconfig.n_samples,
                 " answers per step, ", cfg.actor.ppo_n_minibatches, " minibatches"));
+  if (old_logp_from_update(cfg.actor))
+    log::info("rl: actor.recompute_logprob from the update's own forward (one minibatch, no KL): no separate forward");
   ShardedAdamW optimizer(policy.trainable(), cfg.optimizer, comm);
   if (cfg.actor.kl_ctl > 0) policy.keep_reference();  // the initial weights, also when resumed
   RunRecovery recovery(cfg, "rl", schedule.steps_per_epoch, comm, policy, optimizer);
