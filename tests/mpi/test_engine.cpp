@@ -180,6 +180,27 @@ TEST_CASE("engine: the routers' load-balancing loss gives the whole model's grad
     }
 }
 
+// The head on some positions only (those with a loss): their logits, and the gradients of
+// a loss on them, equal the full forward's (tied and untied heads).
+TEST_CASE("engine: the head on given positions gives their logits and the same gradients", "[mpi][engine]") {
+  for (const auto& name : {"qwen2_tied", "llama"}) {
+    INFO(name);
+    const std::string path = kFixtures + "/" + name;
+    LoadedEngine full = load_engine(path, false), part = load_engine(path, false);
+    const int64_t rows = 2, length = 9, vocab = full.init.model->config().vocab_size;
+    at::Tensor ids = at::randint(vocab, {rows, length}, at::make_generator<at::CPUGeneratorImpl>(40 + g_me.rank), at::kLong);
+    const at::Tensor positions = at::tensor({1, 4, 5, 8, 12, 17}, at::kLong);  // of the rows x length, row-major
+    const at::Tensor targets = at::randint(vocab, {positions.size(0)}, at::make_generator<at::CPUGeneratorImpl>(3), at::kLong);
+    at::Tensor all = full.engine->forward(ids).reshape({-1, vocab}).index_select(0, positions);
+    at::cross_entropy_loss(all, targets).backward();
+    at::Tensor some = part.engine->forward(ids, at::Tensor(), RouterLoss{}, positions);
+    REQUIRE(some.sizes() == all.sizes());
+    CHECK(at::allclose(some, all.detach(), 1e-5, 1e-6));
+    at::cross_entropy_loss(some, targets).backward();
+    check_grads_equal(gathered_grads(*part.init.model), gathered_grads(*full.init.model));
+  }
+}
+
 // Two forwards before any backward: each forward's graph must keep its own inputs
 // (ids, masks, positions). Tied embeddings make the root unit's gradient depend on
 // both the embedding's and the head's saved inputs.

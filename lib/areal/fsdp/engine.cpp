@@ -50,6 +50,7 @@ struct UnitCall {
   Kind kind = Kind::Layer;
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
+  at::Tensor head_rows;        // Head: the positions it runs on (undefined: all)
   bool with_adapter = false;   // LoRA on, as it was when the forward ran
   bool keep_graph = false;     // forward records the graph; backward does not recompute
   c10::intrusive_ptr<ForwardRecord> record;  // this use is record->uses[use]
@@ -65,6 +66,7 @@ struct UnitCall {
     d["with_adapter"] = with_adapter;
     d["keep_graph"] = keep_graph;
     d["input_ids"] = input_ids;
+    d["head_rows"] = head_rows;
     d["cos"] = attention.cos;
     d["sin"] = attention.sin;
     d["cos_local"] = attention.cos_local;
@@ -85,6 +87,7 @@ struct UnitCall {
     call.with_adapter = d.at("with_adapter").toBool();
     call.keep_graph = d.at("keep_graph").toBool();
     call.input_ids = d.at("input_ids").toTensor();
+    call.head_rows = d.at("head_rows").toTensor();
     call.attention.cos = d.at("cos").toTensor();
     call.attention.sin = d.at("sin").toTensor();
     call.attention.cos_local = d.at("cos_local").toTensor();
@@ -150,8 +153,10 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
   const ModelConfig& config = model.config();
   if (call.kind == UnitCall::Kind::Head) {
     auto head = w.by_name.find("lm_head.weight");
+    const at::Tensor positions =
+        call.head_rows.defined() ? x.reshape({-1, x.size(-1)}).index_select(0, call.head_rows) : x;
     return lm_logits(config, w.by_name.at("model.norm.weight"),
-                     head != w.by_name.end() ? head->second : w.by_name.at("model.embed_tokens.weight"), x);
+                     head != w.by_name.end() ? head->second : w.by_name.at("model.embed_tokens.weight"), positions);
   }
   const std::string prefix = cat("model.layers.", call.unit - 1, ".");
   auto lookup = [&](const std::string& name) {
@@ -461,12 +466,14 @@ FsdpEngine::~FsdpEngine() {
   if (overlap_) overlap_->finish(*buffers_);
 }
 
-at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, RouterLoss router) {
+at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, RouterLoss router,
+                               const at::Tensor& head_rows) {
   return forward(input_ids, attention_inputs(model_.config(), input_ids, attention_mask, nullptr, compute_dtype_),
-                 router);
+                 router, head_rows);
 }
 
-at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router) {
+at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router,
+                               const at::Tensor& head_rows) {
   using Kind = UnitCall::Kind;
   if (overlap_finish_queued_) finish_overlap();  // a backward that failed before its end
   const size_t layers = static_cast<size_t>(model_.config().num_hidden_layers);
@@ -485,7 +492,8 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
     use.with_adapter = kind == Kind::Layer && adapters_enabled();
     record->uses.push_back(use);
   }
-  auto apply = [&](size_t i, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x) {
+  auto apply = [&](size_t i, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x,
+                   at::Tensor rows = {}) {
     // The gathers of this use and of the next prefetch_depth ones run ahead (forward).
     for (size_t j = i; prefetch_depth_ > 0 && j < record->uses.size() && j <= i + prefetch_depth_; ++j)
       start_use(*this, *record, j, false);
@@ -499,14 +507,14 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
     // backward starts); the layers only with gradient checkpointing.
     const bool keep_graph = needs_grad && kind != Kind::Embed && (kind == Kind::Head || !gradient_checkpointing_);
     use.gathers_in_backward = needs_grad && kind != Kind::Embed;
-    const UnitCall call{this, use.unit, kind, std::move(ids), std::move(attention), use.with_adapter, keep_graph,
-                        record, i};
+    const UnitCall call{this, use.unit, kind, std::move(ids), std::move(attention), std::move(rows), use.with_adapter,
+                        keep_graph, record, i};
     return UnitFunction::apply(x, shard, adapter, call);
   };
   // Gemma's embedding scale outside the unit: autograd carries it into the unit's backward.
   at::Tensor h = scale_embeddings(model().config(), apply(0, Kind::Embed, input_ids, {}, input_ids));
   for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
-  at::Tensor logits = apply(layers + 1, Kind::Head, {}, {}, h);
+  at::Tensor logits = apply(layers + 1, Kind::Head, {}, {}, h, head_rows);
   if (!record->routers.empty()) finish_router_tallies(*record);
   return logits;
 }

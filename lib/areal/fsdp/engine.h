@@ -58,11 +58,15 @@ class FsdpEngine {
   // Each forward's graph owns what its backward needs: several forwards may run before
   // their backwards, in any order (gradient accumulation over a summed loss, actor and
   // reference in one graph).
-  // `router`: a mixture of experts' routers (RouterLoss).
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, RouterLoss router = {});
+  // `router`: a mixture of experts' routers (RouterLoss). `head_rows` (int64, indices
+  // into the B x T positions in row-major order): the head runs on those positions only
+  // and the logits are [rows, vocab] (the positions with a loss; none given: all).
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, RouterLoss router = {},
+                     const at::Tensor& head_rows = {});
   // The same with the attention inputs made by the caller (packed sequences:
   // packed_attention_inputs in model/functional.h).
-  at::Tensor forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router = {});
+  at::Tensor forward(const at::Tensor& input_ids, const AttentionInputs& attention, RouterLoss router = {},
+                     const at::Tensor& head_rows = {});
   // This rank's router tallies since the last call, and a fresh start.
   RouterStats take_router_stats();
 

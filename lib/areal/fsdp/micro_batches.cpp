@@ -36,6 +36,22 @@ at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double los
   return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share).narrow(1, 0, width_);
 }
 
+at::Tensor MicroBatch::forward_at(Policy& policy, const at::Tensor& mask, PolicyWeights weights,
+                                  double loss_share) const {
+  // Laid-out position (r, w) is the forward's position r * T + w of its [R, T] input.
+  const at::Tensor at = mask.nonzero().to(device_);
+  const at::Tensor rows = at.select(1, 0) * ids_.size(1) + at.select(1, 1);
+  if (packed_)
+    return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
+                          weights, loss_share, rows);
+  at::Tensor padding = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
+  return policy.forward(ids_, padding.to(at::kLong).to(device_), weights, loss_share, rows);
+}
+
+at::Tensor MicroBatch::spread(const at::Tensor& mask, const at::Tensor& values) {
+  return at::zeros(mask.sizes(), values.options()).masked_scatter(mask, values);
+}
+
 at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {
   if (!packed_) {
     return target_values.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, width_).to(device_);

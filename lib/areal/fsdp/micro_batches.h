@@ -38,6 +38,13 @@ class MicroBatch {
   // Logits [R, W, vocab] for this micro-batch on `weights`. Collective, like
   // Policy::forward (`loss_share`: its share of the update's loss, as there).
   at::Tensor forward(Policy& policy, PolicyWeights weights = PolicyWeights::current, double loss_share = 0) const;
+  // The same with the head on the positions `mask` marks only ([R, W] laid out, true:
+  // a position with a loss): logits [P, vocab], the marked positions in row-major order
+  // (spread() puts per-position values back). The head's work on the others is saved.
+  at::Tensor forward_at(Policy& policy, const at::Tensor& mask, PolicyWeights weights = PolicyWeights::current,
+                        double loss_share = 0) const;
+  // Values [P] at forward_at's positions as [R, W], 0 elsewhere (differentiable).
+  static at::Tensor spread(const at::Tensor& mask, const at::Tensor& values);
   at::Tensor lay_out(const at::Tensor& target_values) const;
   // The inverse: laid-out values [R, W] written back into the set's [N, L - 1] `out`.
   void put_back(const at::Tensor& laid_out, at::Tensor& out) const;

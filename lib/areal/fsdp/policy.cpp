@@ -61,23 +61,25 @@ void Policy::keep_reference() {
 }
 
 at::Tensor Policy::forward(const at::Tensor& ids, const at::Tensor& attention_mask, PolicyWeights weights,
-                           double loss_share) {
-  return forward(ids, attention_inputs(config(), ids, attention_mask, nullptr, compute_dtype()), weights, loss_share);
+                           double loss_share, const at::Tensor& head_rows) {
+  return forward(ids, attention_inputs(config(), ids, attention_mask, nullptr, compute_dtype()), weights, loss_share,
+                 head_rows);
 }
 
 at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attention, PolicyWeights weights,
-                           double loss_share) {
+                           double loss_share, const at::Tensor& head_rows) {
   // The engine averages gradients over ranks: world_size undoes it for the aux term too.
   if (weights == PolicyWeights::current)
     return engine_->forward(
         ids, attention,
-        RouterLoss{loss_share > 0, router_aux_loss_coef_ * loss_share * static_cast<double>(comm_.world_size())});
+        RouterLoss{loss_share > 0, router_aux_loss_coef_ * loss_share * static_cast<double>(comm_.world_size())},
+        head_rows);
   if (!reference_kept_) throw std::logic_error("Policy::forward: no reference was kept (keep_reference)");
   FsdpEngine& engine = reference_engine_ ? *reference_engine_ : *engine_;
   // With LoRA the reference is the base model: the adapters are off for this forward
   // only (each forward keeps what it saw for its backward).
   engine.set_adapters_enabled(false);
-  at::Tensor logits = engine.forward(ids, attention);
+  at::Tensor logits = engine.forward(ids, attention, {}, head_rows);
   engine.set_adapters_enabled(true);
   return logits;
 }

@@ -68,11 +68,14 @@ class Policy {
   // router_aux_loss_coef, its backward adds coef x loss_share x its load-balancing loss:
   // the update's gradient is that of the loss plus coef x the loss-weighted mean of its
   // forwards' load-balancing losses. 0: neither (scoring, the reference, padding).
+  // `head_rows`: the head on those positions only (FsdpEngine::forward).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask,
-                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0);
+                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0,
+                     const at::Tensor& head_rows = {});
   // The same with the attention inputs made by the caller (packed sequences).
   at::Tensor forward(const at::Tensor& ids, const AttentionInputs& attention,
-                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0);
+                     PolicyWeights weights = PolicyWeights::current, double loss_share = 0,
+                     const at::Tensor& head_rows = {});
   // A mixture of experts' routers over the train forwards since the last call, all
   // ranks: moe_aux_loss (a forward's load-balancing loss, their mean) and for each sparse
   // layer l moe_tokens_min/layer_l and moe_tokens_max/layer_l (the tokens routed to its

@@ -19,6 +19,16 @@ namespace {
 
 constexpr int kMaxBadUpdatesInARow = 3;  // non-finite losses or gradients in a row before the job stops
 
+// Log-probs and entropies [R, W] of a micro-batch's targets at the positions `mask`
+// marks (0 elsewhere): the head runs on those only (the answers' tokens; a prompt's
+// positions predict nothing the loss reads). Collective, like MicroBatch::forward.
+TokenLogprobs answer_token_logprobs(const MicroBatch& mb, Policy& policy, PolicyWeights weights, const at::Tensor& mask,
+                                    double temperature, double loss_share = 0) {
+  const at::Tensor logits = mb.forward_at(policy, mask, weights, loss_share);  // [P, vocab]
+  const TokenLogprobs at = token_logprobs(logits.unsqueeze(0), mb.targets().masked_select(mask).unsqueeze(0), temperature);
+  return {MicroBatch::spread(mask, at.logprobs.squeeze(0)), MicroBatch::spread(mask, at.entropy.squeeze(0))};
+}
+
 // Log-probs of the rollout's targets under the policy's `weights` without a graph:
 // [rows, L - 1] on the CPU, in n_chunks chunks of micro-batches (actor.mb_spec).
 // Collective.
@@ -31,8 +41,8 @@ at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r
   for (int64_t c = 0; c < n_chunks; ++c) {
     for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
                                               policy.comm(), device)) {
-      at::Tensor logits = mb.forward(policy, weights);
-      mb.put_back(token_logprobs(logits, mb.targets(), temperature).logprobs.cpu(), out);
+      mb.put_back(answer_token_logprobs(mb, policy, weights, mb.lay_out(r.loss_mask) > 0, temperature).logprobs.cpu(),
+                  out);
     }
   }
   return out * r.loss_mask;
@@ -57,12 +67,15 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
        micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device)) {
     // The micro-batch's share of the minibatch's loss tokens (a mixture of experts'
     // load-balancing loss follows it: Policy::forward).
-    const double share = mb.lay_out(r.loss_mask).sum().item<double>() / global_tokens;
-    at::Tensor logits = mb.forward(policy, PolicyWeights::current, share);
+    const at::Tensor loss_mask = mb.lay_out(r.loss_mask);
+    const double share = loss_mask.sum().item<double>() / global_tokens;
     // The tokens rejection sampling masked leave the GSPO mean and the clip counts too.
     const at::Tensor mask = mb.lay_out(adv.ratio_mask.defined() ? adv.ratio_mask : r.loss_mask);
-    TokenLogprobs tl = token_logprobs(logits, mb.targets(), actor.temperature);
-    const at::Tensor base = adv.ratio_base.defined() ? mb.lay_out(adv.ratio_base) : tl.logprobs.detach();
+    TokenLogprobs tl = answer_token_logprobs(mb, policy, PolicyWeights::current, loss_mask > 0, actor.temperature, share);
+    // 0 where no log-prob was computed (a row dynamic sampling dropped keeps its behaviour
+    // log-probs): the ratio there is 1, never an overflow times a zero weight.
+    const at::Tensor base = adv.ratio_base.defined() ? mb.lay_out(adv.ratio_base).masked_fill(loss_mask <= 0, 0)
+                                                     : tl.logprobs.detach();
     const at::Tensor logp =
         answer_ids.defined() ? sequence_level_logp(tl.logprobs, base, mask, mb.lay_out(answer_ids)) : tl.logprobs;
     PpoTokenLoss pl =

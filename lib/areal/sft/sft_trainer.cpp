@@ -53,11 +53,14 @@ std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const 
 at::Tensor weighted_loss_sum(const MicroBatch& mb, Policy& policy, const at::Tensor& weights, double total_tokens = 0) {
   // In a train step, the micro-batch's share of the step's loss tokens (for a mixture of
   // experts' load-balancing loss: Policy::forward).
-  const double share = total_tokens > 0 ? mb.lay_out(weights).sum().item<double>() / total_tokens : 0;
-  at::Tensor logits = mb.forward(policy, PolicyWeights::current, share);
-  at::Tensor token_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
-                                                 mb.targets().reshape({-1}), {}, at::Reduction::None);
-  return (token_loss * mb.lay_out(weights).reshape({-1})).sum();
+  const at::Tensor laid_out = mb.lay_out(weights);
+  const double share = total_tokens > 0 ? laid_out.sum().item<double>() / total_tokens : 0;
+  // The head on the positions with a loss only (a prompt's predict nothing trained).
+  const at::Tensor mask = laid_out > 0;
+  at::Tensor logits = mb.forward_at(policy, mask, PolicyWeights::current, share);  // [P, vocab]
+  at::Tensor token_loss = at::cross_entropy_loss(logits.to(at::kFloat), mb.targets().masked_select(mask), {},
+                                                 at::Reduction::None);
+  return (token_loss * laid_out.masked_select(mask)).sum();
 }
 
 // The loss of the current weights over all of `data`'s sequences (their loss tokens,
