@@ -47,6 +47,11 @@ std::string edited_copy(const TempDir& dir, const std::string& model, const std:
   return out.string();
 }
 
+// The same with one text of config.json replaced by another (every occurrence).
+std::string replaced_copy(const TempDir& dir, const std::string& model, const std::string& from, const std::string& to) {
+  return edited_copy(dir, model, [&](std::string t) { return std::regex_replace(t, std::regex(from), to); });
+}
+
 std::string load_error(const std::string& path) {
   try {
     load_causal_lm(path, at::kFloat);
@@ -216,30 +221,22 @@ TEST_CASE("model: the meta-device skeleton has every name and shape and no stora
 TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") {
   TempDir dir;
   SECTION("shape disagreeing with config.json") {
-    std::string path = edited_copy(dir, "llama", [](std::string t) {
-      return std::regex_replace(t, std::regex("\"intermediate_size\": 48"), "\"intermediate_size\": 40");
-    });
+    std::string path = replaced_copy(dir, "llama", "\"intermediate_size\": 48", "\"intermediate_size\": 40");
     CHECK_THAT(load_error(path), Contains("model.layers.0.mlp.gate_proj.weight") && Contains("[48, 32]") &&
                                      Contains("config.json implies [40, 32]") && Contains("model.safetensors"));
   }
   SECTION("a missing and an unexpected tensor") {
     // Tied config over an untied checkpoint: lm_head.weight is then fine; untied over tied: missing.
-    std::string untied = edited_copy(dir, "qwen2_tied", [](std::string t) {
-      return std::regex_replace(t, std::regex("\"tie_word_embeddings\": true"), "\"tie_word_embeddings\": false");
-    });
+    std::string untied = replaced_copy(dir, "qwen2_tied", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
     CHECK_THAT(load_error(untied), Contains("no tensor 'lm_head.weight'"));
-    std::string qwen3_as_qwen2 = edited_copy(dir, "qwen3", [](std::string t) {
-      return std::regex_replace(t, std::regex("\"model_type\": \"qwen3\""), "\"model_type\": \"qwen2\"");
-    });
+    std::string qwen3_as_qwen2 = replaced_copy(dir, "qwen3", "\"model_type\": \"qwen3\"", "\"model_type\": \"qwen2\"");
     std::string e = load_error(qwen3_as_qwen2);
     CHECK_THAT(e, Contains("q_proj.bias"));  // qwen2 expects q/k/v biases the qwen3 checkpoint lacks
   }
   SECTION("unexpected tensor") {
     // LLaMA without attention_bias over a checkpoint that has the biases: every
     // parameter is found, then the biases are left over.
-    std::string no_bias = edited_copy(dir, "llama_mha_bias", [](std::string t) {
-      return std::regex_replace(t, std::regex("\"attention_bias\": true"), "\"attention_bias\": false");
-    });
+    std::string no_bias = replaced_copy(dir, "llama_mha_bias", "\"attention_bias\": true", "\"attention_bias\": false");
     CHECK_THAT(load_error(no_bias), Contains("model.safetensors") && Contains("unexpected tensor") &&
                                         Contains("_proj.bias'"));
   }
@@ -256,33 +253,21 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
     }
     CHECK_THAT(load_error(copy.string()),
                Contains("no tensor 'model.layers.0.mlp.experts.3.down_proj.weight'") && Contains("qwen3_moe"));
-    CHECK_THAT(load_error(edited_copy(dir, "qwen3_moe", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"num_experts_per_tok\": 2"), "\"num_experts_per_tok\": 5");
-               })),
+    CHECK_THAT(load_error(replaced_copy(dir, "qwen3_moe", "\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5")),
                Contains("num_experts_per_tok (5) is more than the 4 experts"));
-    CHECK_THAT(load_error(edited_copy(dir, "mixtral", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"router_jitter_noise\": 0.0"), "\"router_jitter_noise\": 0.1");
-               })),
+    CHECK_THAT(load_error(replaced_copy(dir, "mixtral", "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1")),
                Contains("router_jitter_noise other than 0 is not supported"));
     // The Hub's own key (Qwen3-30B-A3B's config.json says num_experts) reads the same.
-    const std::string hub_key = edited_copy(dir, "qwen3_moe", [](std::string t) {
-      return std::regex_replace(t, std::regex("\"num_local_experts\""), "\"num_experts\"");
-    });
+    const std::string hub_key = replaced_copy(dir, "qwen3_moe", "\"num_local_experts\"", "\"num_experts\"");
     CHECK(ModelConfig::from_file(hub_key + "/config.json").num_experts == 4);
     CHECK(load_error(hub_key).empty());
   }
   SECTION("unsupported architectures and options are refused by name") {
-    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"model_type\": \"llama\""), "\"model_type\": \"gpt2\"");
-               })),
+    CHECK_THAT(load_error(replaced_copy(dir, "llama", "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"")),
                Contains("model_type 'gpt2' is not supported"));
-    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"rope_type\": \"default\""), "\"rope_type\": \"longrope\"");
-               })),
+    CHECK_THAT(load_error(replaced_copy(dir, "llama", "\"rope_type\": \"default\"", "\"rope_type\": \"longrope\"")),
                Contains("rope type 'longrope' is not supported (default, linear, llama3, yarn, dynamic)"));
-    CHECK_THAT(load_error(edited_copy(dir, "llama", [](std::string t) {
-                 return std::regex_replace(t, std::regex("\"mlp_bias\": false"), "\"mlp_bias\": true");
-               })),
+    CHECK_THAT(load_error(replaced_copy(dir, "llama", "\"mlp_bias\": false", "\"mlp_bias\": true")),
                Contains("mlp_bias=true is not supported"));
     // Mixture-of-experts and vision-language families, named as such.
     for (const auto& [type, hint] : std::vector<std::pair<std::string, std::string>>{
@@ -290,9 +275,7 @@ TEST_CASE("model: strict loading names the tensor and file", "[model][errors]") 
              {"deepseek_v3", "of the mixture-of-experts families only qwen3_moe and mixtral are supported"},
              {"qwen2_5_vl", "vision-language models are not supported"},
              {"gemma3", "for Gemma 3's text model: gemma3_text"}}) {
-      CHECK_THAT(load_error(edited_copy(dir, "llama", [&](std::string t) {
-                   return std::regex_replace(t, std::regex("\"model_type\": \"llama\""), "\"model_type\": \"" + type + "\"");
-                 })),
+      CHECK_THAT(load_error(replaced_copy(dir, "llama", "\"model_type\": \"llama\"", "\"model_type\": \"" + type + "\"")),
                  Contains("model_type '" + type + "' is not supported") && Contains(hint));
     }
   }

@@ -74,9 +74,12 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
           "[rl][binary][mpi][moe]") {
   const fs::path root = fresh_dir("moe");
   const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
-  Result r = run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() +
-                 " model_path=" + model + " rollout.backend=sglang:d1t2 actor.router_aux_loss_coef=0.01"
-                 " reward_fn=command:sh\\ " + source_path("tests/fixtures/rewards/length_parity.sh"));
+  auto grpo = [&](const fs::path& fileroot, const std::string& coef) {
+    return run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + fileroot.string() +
+               " model_path=" + model + " rollout.backend=sglang:d1t2 actor.router_aux_loss_coef=" + coef +
+               " reward_fn=command:sh\\ " + source_path("tests/fixtures/rewards/length_parity.sh"));
+  };
+  Result r = grpo(root, "0.01");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("(qwen3_moe, ") && Contains("parameters, 4 experts, top 2)") && Contains("step 2/2"));
@@ -100,6 +103,16 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   REQUIRE(saved.contains(expert));
   CHECK_FALSE(at::equal(saved.read(expert), initial.read(expert)));
   CHECK(saved.names() == initial.names());
+  // The option reaches the update: without the loss (0) the first step's answers are the
+  // same (generated before any update), its gradient is not.
+  Result off = grpo(root / "off", "0");
+  REQUIRE(off.exit_code == 0);
+  const json step_off = read_jsonl(root / "off" / "ci-smoke" / "trial0" / "stats.jsonl")[1];
+  REQUIRE(rows[1]["step"] == 1);
+  CHECK(step_off["reward_mean"].get<double>() == rows[1]["reward_mean"].get<double>());
+  CHECK(step_off["response_length_mean"].get<double>() == rows[1]["response_length_mean"].get<double>());
+  CHECK(std::abs(step_off["grad_norm"].get<double>() - rows[1]["grad_norm"].get<double>()) >
+        1e-6 * rows[1]["grad_norm"].get<double>());
 }
 
 TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2",

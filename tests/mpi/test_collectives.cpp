@@ -254,6 +254,12 @@ TEST_CASE("bad inputs are refused before any communication", "[mpi][errors]") {
   CHECK_THROWS_WITH(g_comm->all_to_all(few, too_many, other, ones),
                     Contains("send_counts adds up to") && Contains("but send has"));
   CHECK_THROWS_WITH(g_comm->all_to_all(few, ones, ints, ones), Contains("is Float but recv is Long"));
+  // Every rank expecting more from itself than it sends: refused before any message goes.
+  std::vector<int64_t> more_from_me = ones;
+  more_from_me[static_cast<size_t>(g_me.rank)] = 2;
+  at::Tensor wider = at::zeros({n + 1}, at::kFloat);
+  CHECK_THROWS_WITH(g_comm->all_to_all(few, ones, wider, more_from_me),
+                    Contains("sends itself 1 elements but expects 2"));
   // The communicator still works after refusing.
   at::Tensor ok = at::ones({3}, at::kFloat);
   g_comm->all_reduce(ok, ReduceOp::Sum);

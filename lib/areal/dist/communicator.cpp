@@ -185,6 +185,8 @@ void Communicator::all_to_all(const at::Tensor& send, const std::vector<int64_t>
   };
   check_counts(send_counts, "send_counts", send, "send");
   check_counts(recv_counts, "recv_counts", recv, "recv");
+  if (send_counts[rank_] != recv_counts[rank_])
+    refuse("all_to_all", cat("this rank sends itself ", send_counts[rank_], " elements but expects ", recv_counts[rank_]));
   CollectiveWatchdog::Watch watch(watchdog_.get(), "all_to_all", send.nbytes() + recv.nbytes());
   backend_for(send, "all_to_all").all_to_all(send, send_counts, recv, recv_counts);
 }

@@ -27,25 +27,25 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
   }
 }
 
-at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double loss_share) const {
+at::Tensor MicroBatch::run(Policy& policy, PolicyWeights weights, double loss_share, const at::Tensor& head_rows) const {
   if (packed_) {
     return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
-                          weights, loss_share);
+                          weights, loss_share, head_rows);
   }
   at::Tensor mask = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
-  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share).narrow(1, 0, width_);
+  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share, head_rows);
+}
+
+at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double loss_share) const {
+  at::Tensor logits = run(policy, weights, loss_share, {});
+  return packed_ ? logits : logits.narrow(1, 0, width_);
 }
 
 at::Tensor MicroBatch::forward_at(Policy& policy, const at::Tensor& mask, PolicyWeights weights,
                                   double loss_share) const {
   // Laid-out position (r, w) is the forward's position r * T + w of its [R, T] input.
   const at::Tensor at = mask.nonzero().to(device_);
-  const at::Tensor rows = at.select(1, 0) * ids_.size(1) + at.select(1, 1);
-  if (packed_)
-    return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
-                          weights, loss_share, rows);
-  at::Tensor padding = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
-  return policy.forward(ids_, padding.to(at::kLong).to(device_), weights, loss_share, rows);
+  return run(policy, weights, loss_share, at.select(1, 0) * ids_.size(1) + at.select(1, 1));
 }
 
 at::Tensor MicroBatch::spread(const at::Tensor& mask, const at::Tensor& values) {

@@ -53,6 +53,9 @@ class MicroBatch {
   const std::vector<int64_t>& rows() const { return rows_; }  // the set's rows, in order
 
  private:
+  // The policy's forward on this micro-batch's input [R, T] (the head on `head_rows`).
+  at::Tensor run(Policy& policy, PolicyWeights weights, double loss_share, const at::Tensor& head_rows) const;
+
   std::vector<int64_t> rows_;
   std::vector<int64_t> lengths_;  // of rows_
   bool packed_;

@@ -12,6 +12,19 @@ std::shared_ptr<torch::nn::Module> holder(torch::nn::Module& parent, const std::
   return parent.register_module(name, std::make_shared<torch::nn::Module>());
 }
 
+// A parameter at a dotted path inside `root` ("mlp.experts.3.up_proj.weight"), its holders
+// made on the way (or found, when an earlier path made them).
+void parameter_at(torch::nn::Module& root, const std::string& path, const at::Tensor& value) {
+  torch::nn::Module* module = &root;
+  size_t begin = 0;
+  for (size_t dot = path.find('.'); dot != std::string::npos; begin = dot + 1, dot = path.find('.', begin)) {
+    const std::string name = path.substr(begin, dot - begin);
+    const auto* existing = module->named_children().find(name);
+    module = existing ? existing->get() : holder(*module, name).get();
+  }
+  module->register_parameter(path.substr(begin), value);
+}
+
 }  // namespace
 
 DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::TensorOptions& options)
@@ -40,17 +53,14 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::Tensor
     norm(*this, "pre_feedforward_layernorm", c.hidden_size);
     norm(*this, "post_feedforward_layernorm", c.hidden_size);
   }
-  if (c.layer_is_sparse(index)) {  // the router and one MLP per expert, by the Hub's names
-    auto block = holder(*this, c.model_type == "mixtral" ? "block_sparse_moe" : "mlp");
-    linear(*block, "gate", c.hidden_size, c.num_experts, false);
-    auto experts = holder(*block, "experts");
-    const bool mixtral = c.model_type == "mixtral";
-    const int64_t width = c.moe_intermediate_size;
+  if (c.layer_is_sparse(index)) {  // the router and one MLP per expert, by the Hub's names (ModelConfig's)
+    using P = ModelConfig::ExpertProjection;
+    const int64_t width = c.moe_intermediate_size, hidden = c.hidden_size;
+    parameter_at(*this, c.router_weight(), at::empty({c.num_experts, hidden}, options));
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      auto expert = holder(*experts, std::to_string(e));
-      linear(*expert, mixtral ? "w1" : "gate_proj", c.hidden_size, width, false);
-      linear(*expert, mixtral ? "w2" : "down_proj", width, c.hidden_size, false);
-      linear(*expert, mixtral ? "w3" : "up_proj", c.hidden_size, width, false);
+      parameter_at(*this, c.expert_weight(e, P::Gate), at::empty({width, hidden}, options));
+      parameter_at(*this, c.expert_weight(e, P::Down), at::empty({hidden, width}, options));
+      parameter_at(*this, c.expert_weight(e, P::Up), at::empty({width, hidden}, options));
     }
   } else {
     auto mlp = holder(*this, "mlp");
