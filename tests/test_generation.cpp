@@ -396,3 +396,42 @@ TEST_CASE("generation: a stop check ends one row at its token, the others go on,
   p.min_new_tokens = 8;
   for (const auto& g : generate(*model, prompts(), p, none)) CHECK(g.tokens.size() == 8);
 }
+
+// Routing replay's record: each token that ran goes with the experts its router chose,
+// in sequence order (prompt, then the answer but its last token), the same as the full
+// forward's own choices over prompt + answer; also when answers refill rows.
+TEST_CASE("generation: a mixture of experts' recorded experts are the full forward's choices", "[rl][generation][moe]") {
+  for (const auto& name : {"qwen3_moe", "mixtral"}) {
+    INFO(name);
+    auto model = load_causal_lm(source_path(std::string("tests/fixtures/models/") + name), at::kFloat);
+    const ModelConfig& c = model->config();
+    SamplingParams p;
+    p.max_new_tokens = 6;
+    p.max_rows = 2;  // three prompts: one waits for a row
+    p.record_experts = true;
+    std::vector<at::Generator> generators;
+    for (int64_t r = 0; r < 3; ++r) generators.push_back(answer_generator(3, 0, r, 0));
+    const std::vector<Generated> out = generate(*model, prompts(), p, generators);
+    for (size_t r = 0; r < out.size(); ++r) {
+      INFO("answer " << r);
+      std::vector<int64_t> ids = prompts()[r];
+      ids.insert(ids.end(), out[r].tokens.begin(), out[r].tokens.end());
+      std::vector<ExpertChoices> own;
+      {
+        at::NoGradGuard no_grad;
+        model->forward(at::tensor(ids, at::kLong).unsqueeze(0), {}, nullptr, nullptr, &own);
+      }
+      std::vector<at::Tensor> layers;
+      for (const ExpertChoices& o : own) layers.push_back(o.chosen);
+      const int64_t ran = static_cast<int64_t>(ids.size()) - 1;
+      const at::Tensor want = at::stack(layers, 1).narrow(0, 0, ran).reshape({-1}).to(at::kShort);
+      REQUIRE(static_cast<int64_t>(out[r].experts.size()) == ran * c.sparse_layer_count() * c.num_experts_per_tok);
+      CHECK(at::equal(at::tensor(out[r].experts, at::kShort), want));
+    }
+    // Not asked for: nothing kept.
+    p.record_experts = false;
+    std::vector<at::Generator> again;
+    for (int64_t r = 0; r < 3; ++r) again.push_back(answer_generator(3, 0, r, 0));
+    CHECK(generate(*model, prompts(), p, again)[0].experts.empty());
+  }
+}

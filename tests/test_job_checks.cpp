@@ -72,6 +72,8 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "qwen3_moe, mixtral); of the mixture-of-experts families only qwen3_moe and mixtral are supported"},
       {"a load-balancing loss on a dense model", rl + "actor.router_aux_loss_coef=0.01",
        "option 'actor.router_aux_loss_coef' = 0.01: the model (qwen2, "},
+      {"routing replay on a dense model", rl + "actor.router_replay=true",
+       "option 'actor.router_replay' = true: the model (qwen2, "},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

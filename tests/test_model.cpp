@@ -3,6 +3,7 @@
 // tests/fixtures/make_fixtures.py, the KV cache, padding, the meta-device skeleton,
 // strict loading, and checkpoints that transformers loads back.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include "catch_with_torch.h"
 #include "run_python.h"
 #include <unistd.h>
@@ -134,6 +135,63 @@ TEST_CASE("model: the load-balancing loss and its router gradients match transfo
     const double theirs = reference.read("aux_loss_bf16").item<double>(), fp32 = reference.read("aux_loss").item<double>();
     INFO("bf16 aux: ours " << ours << ", transformers' " << theirs << ", fp32 " << fp32);
     CHECK(std::abs(ours - theirs) < 1e-2 * fp32);
+  }
+}
+
+// Routing replay: a sparse layer given experts per token runs those (rows of -1: the
+// router's own), weighted by the router's probabilities at them, against a loop over
+// tokens and experts written here; the router's own top-k comes back either way, and
+// replaying a forward's own choices gives its logits bit for bit.
+TEST_CASE("model: replayed experts replace the router's, against a loop over tokens", "[model][moe]") {
+  at::NoGradGuard no_grad;
+  for (const auto& name : {"qwen3_moe", "mixtral"}) {
+    INFO(name);
+    auto model = load_causal_lm(kFixtures + "/" + name, at::kFloat);
+    const ModelConfig& c = model->config();
+    const int64_t k = c.num_experts_per_tok, tokens = 7;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    const at::Tensor x = at::randn({1, tokens, c.hidden_size}, gen);
+    int64_t layer = 0;
+    while (!c.layer_is_sparse(layer)) ++layer;
+    const auto params = model->named_parameters();
+    auto w = [&](const std::string& inside) {
+      const auto* p = params.find(cat("model.layers.", layer, ".", inside));
+      return p ? *p : at::Tensor();
+    };
+    auto linear = [&](const at::Tensor& in, const std::string& n) { return at::linear(in, w(n + ".weight")); };
+    // Distinct experts for every token; rows 1 and 4 keep their own.
+    at::Tensor replay = at::rand({tokens, c.num_experts}, gen).argsort(/*dim=*/int64_t{1}).narrow(1, 0, k).contiguous();
+    replay[1].fill_(-1);
+    replay[4].fill_(-1);
+    ExpertChoices choices{replay, {}};
+    const at::Tensor out = expert_mixture(c, w, x, linear, nullptr, {}, &choices);
+
+    const at::Tensor flat = x.view({tokens, c.hidden_size});
+    const at::Tensor probs = at::softmax(at::linear(flat, w(c.router_weight())), -1);
+    CHECK(at::equal(choices.chosen, std::get<1>(probs.topk(k, -1))));
+    using P = ModelConfig::ExpertProjection;
+    auto expert = [&](int64_t e, P p) { return w(c.expert_weight(e, p)); };
+    for (int64_t t = 0; t < tokens; ++t) {
+      INFO("token " << t);
+      at::Tensor experts = replay[t][0].item<int64_t>() >= 0 ? replay[t] : choices.chosen[t];
+      at::Tensor weights = probs[t].index_select(0, experts);
+      if (c.norm_topk_prob) weights = weights / weights.sum();
+      at::Tensor want = at::zeros({c.hidden_size});
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = experts[j].item<int64_t>();
+        const at::Tensor h = at::silu(at::mv(expert(e, P::Gate), flat[t])) * at::mv(expert(e, P::Up), flat[t]);
+        want += weights[j] * at::mv(expert(e, P::Down), h);
+      }
+      CHECK(max_diff(out[0][t], want) < 1e-5);
+    }
+
+    const at::Tensor ids = io::SafetensorsReader(kFixtures + "/" + name + "/reference.safetensors").read("input_ids");
+    std::vector<ExpertChoices> own;
+    const at::Tensor logits = model->forward(ids, {}, nullptr, nullptr, &own);
+    REQUIRE(static_cast<int64_t>(own.size()) == c.sparse_layer_count());
+    std::vector<ExpertChoices> again;
+    for (const ExpertChoices& o : own) again.push_back({o.chosen, {}});
+    CHECK(at::equal(model->forward(ids, {}, nullptr, nullptr, &again), logits));
   }
 }
 

@@ -74,12 +74,13 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
           "[rl][binary][mpi][moe]") {
   const fs::path root = fresh_dir("moe");
   const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
-  auto grpo = [&](const fs::path& fileroot, const std::string& coef) {
+  auto grpo = [&](const fs::path& fileroot, const std::string& coef, const std::string& replay) {
     return run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + fileroot.string() +
                " model_path=" + model + " rollout.backend=sglang:d1t2 actor.router_aux_loss_coef=" + coef +
-               " reward_fn=command:sh\\ " + source_path("tests/fixtures/rewards/length_parity.sh"));
+               " actor.router_replay=" + replay + " reward_fn=command:sh\\ " +
+               source_path("tests/fixtures/rewards/length_parity.sh"));
   };
-  Result r = grpo(root, "0.01");
+  Result r = grpo(root, "0.01", "true");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("(qwen3_moe, ") && Contains("parameters, 4 experts, top 2)") && Contains("step 2/2"));
@@ -97,6 +98,14 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
     const double least = rows[2][std::string("moe_tokens_min/") + layer].get<double>();
     CHECK((least >= 0 && least <= rows[2][std::string("moe_tokens_max/") + layer].get<double>()));
   }
+  // The rollout's experts reached the update (routing replay): float32 on the same weights
+  // routes nearly every token as the rollout did.
+  for (int step : {1, 2}) {
+    INFO("step " << step);
+    REQUIRE(rows[step].contains("moe_route_agreement"));
+    const double agreement = rows[step]["moe_route_agreement"].get<double>();
+    CHECK((agreement > 0.9 && agreement <= 1.0));
+  }
   // The saved checkpoint has the Hub's per-expert tensors, trained (not the initial ones).
   areal::io::CheckpointReader saved((run_dir / "checkpoint").string()), initial(model);
   const std::string expert = "model.layers.1.mlp.experts.2.up_proj.weight";
@@ -105,9 +114,10 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   CHECK(saved.names() == initial.names());
   // The option reaches the update: without the loss (0) the first step's answers are the
   // same (generated before any update), its gradient is not.
-  Result off = grpo(root / "off", "0");
+  Result off = grpo(root / "off", "0", "false");
   REQUIRE(off.exit_code == 0);
   const json step_off = read_jsonl(root / "off" / "ci-smoke" / "trial0" / "stats.jsonl")[1];
+  CHECK(step_off.contains("moe_route_agreement"));  // measured without the replay too
   REQUIRE(rows[1]["step"] == 1);
   CHECK(step_off["reward_mean"].get<double>() == rows[1]["reward_mean"].get<double>());
   CHECK(step_off["response_length_mean"].get<double>() == rows[1]["response_length_mean"].get<double>());

@@ -7,6 +7,8 @@
 #include "catch_with_torch.h"
 
 #include "areal/fsdp/engine.h"
+#include "areal/fsdp/micro_batches.h"
+#include "areal/fsdp/policy.h"
 #include "areal/fsdp/overlap.h"
 #include "areal/fsdp/staged_init.h"
 #include "areal/model/hf_weights.h"
@@ -178,6 +180,107 @@ TEST_CASE("engine: the routers' load-balancing loss gives the whole model's grad
       CHECK(std::abs(stats.aux_loss_sum.item<double>() - my_aux) < 1e-5);
       check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
     }
+}
+
+// Routing replay through the Policy and its micro-batches (packed and padded): each
+// token goes to the experts recorded for it (position 2 has no record: its own), loss
+// and gradients equal to the whole model given the same experts, both ways of running
+// the layers; moe_route_agreement is the share of recorded (token, layer) pairs whose
+// own top-k, in that forward, is the recorded set.
+TEST_CASE("engine: routing replay sends tokens to the recorded experts", "[mpi][engine][moe]") {
+  for (const auto& name : {"qwen3_moe", "mixtral"})
+    for (bool checkpointing : {false, true})
+      for (int64_t max_tokens : {0, 16}) {
+        INFO(name << (checkpointing ? ", gradient checkpointing" : ", activations kept") << ", max_tokens_per_mb "
+                  << max_tokens);
+        const std::string path = kFixtures + "/" + name;
+        Config cfg;
+        cfg.model_path = path;
+        cfg.device = "cpu";
+        cfg.actor.dtype = "float32";
+        cfg.actor.gradient_checkpointing = checkpointing;
+        cfg.actor.router_aux_loss_coef = 0;
+        cfg.actor.router_replay = true;
+        InitResult init = staged_init(cfg, g_me, *g_comm);
+        Policy policy(cfg, *init.model, *g_comm);
+        const ModelConfig& c = init.model->config();
+        const int64_t k = c.num_experts_per_tok, sparse = c.sparse_layer_count(), width = 9;
+        const std::vector<int64_t> lengths = {9, 6, 7};  // each rank's
+        const int64_t rows = static_cast<int64_t>(lengths.size()), all_rows = rows * g_me.world_size;
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+        const at::Tensor all_ids = at::randint(c.vocab_size, {all_rows, width}, gen, at::kLong);
+
+        // Records: the whole model's own choices at even positions, other experts at odd ones.
+        auto reference = load_causal_lm(path, at::kFloat);
+        at::Tensor recorded = at::full({all_rows, width, sparse * k}, -1, at::kShort);
+        for (int64_t i = 0; i < all_rows; ++i) {
+          const int64_t n = lengths[i % rows];
+          std::vector<ExpertChoices> own;
+          {
+            at::NoGradGuard no_grad;
+            reference->forward(all_ids[i].narrow(0, 0, n).unsqueeze(0), {}, nullptr, nullptr, &own);
+          }
+          for (int64_t l = 0; l < sparse; ++l) {
+            at::Tensor other = at::rand({n, c.num_experts}, gen).argsort(/*dim=*/int64_t{1}).narrow(1, 0, k);
+            at::Tensor pick = (at::arange(n) % 2 == 0).unsqueeze(1);
+            recorded[i].narrow(0, 0, n).narrow(1, l * k, k).copy_(at::where(pick, own[l].chosen, other));
+          }
+          recorded[i][2].fill_(-1);
+        }
+
+        // The whole model with the same experts, and the agreement it implies.
+        for (auto& p : reference->parameters()) p.requires_grad_(true);
+        std::vector<at::Tensor> losses;
+        double agreeing = 0, with_record = 0, my_loss = 0;
+        for (int r = 0; r < g_me.world_size; ++r) {
+          at::Tensor sum = at::zeros({});
+          double targets = 0;
+          for (int64_t j = 0; j < rows; ++j) {
+            const int64_t i = r * rows + j, n = lengths[j];
+            std::vector<ExpertChoices> choices(static_cast<size_t>(sparse));
+            for (int64_t l = 0; l < sparse; ++l)
+              choices[l].replay = recorded[i].narrow(0, 0, n).narrow(1, l * k, k).to(at::kLong);
+            const at::Tensor ids = all_ids[i].narrow(0, 0, n).unsqueeze(0);
+            const at::Tensor logits = reference->forward(ids, {}, nullptr, nullptr, &choices);
+            sum = sum + at::cross_entropy_loss(logits[0].narrow(0, 0, n - 1), ids[0].narrow(0, 1, n - 1), {},
+                                               at::Reduction::Sum);
+            targets += static_cast<double>(n - 1);
+            for (const ExpertChoices& ch : choices) {
+              const at::Tensor has = ch.replay.select(1, 0) >= 0;
+              const at::Tensor same = (std::get<0>(ch.replay.sort(1)) == std::get<0>(ch.chosen.sort(1))).all(1);
+              with_record += has.sum().item<double>();
+              agreeing += (same & has).sum().item<double>();
+            }
+          }
+          losses.push_back(sum / targets);
+          if (r == g_me.rank) my_loss = losses.back().item<double>();
+        }
+        at::stack(losses).mean().backward();
+
+        // The same through the Policy's micro-batches.
+        PaddedSequences set{all_ids.narrow(0, g_me.rank * rows, rows).contiguous(), lengths,
+                            recorded.narrow(0, g_me.rank * rows, rows).contiguous()};
+        at::Tensor valid = at::zeros({rows, width - 1});
+        for (int64_t j = 0; j < rows; ++j) valid[j].narrow(0, 0, lengths[j] - 1).fill_(1);
+        const double targets = valid.sum().item<double>();
+        double loss = 0;
+        for (const MicroBatch& mb : micro_batches(set, 0, rows, max_tokens, *g_comm, at::Device("cpu"))) {
+          const at::Tensor mask = mb.lay_out(valid);
+          const at::Tensor logits = mb.forward(policy, PolicyWeights::current, mask.sum().item<double>() / targets);
+          const at::Tensor logp = logits.log_softmax(-1).gather(-1, mb.targets().unsqueeze(-1)).squeeze(-1);
+          at::Tensor part = -(logp * mask).sum() / targets;
+          part.backward();
+          loss += part.item<double>();
+        }
+        CHECK(std::abs(loss - my_loss) < 1e-5);
+        check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
+        double agreement = -1;
+        for (const auto& [figure, value] : policy.router_figures())
+          if (figure == "moe_route_agreement") agreement = value;
+        INFO("agreement " << agreement << ", the whole model's " << agreeing / with_record);
+        CHECK(std::abs(agreement - agreeing / with_record) < 1e-12);
+        CHECK((agreement > 0.2 && agreement < 0.9));  // the odd positions' records are not the router's
+      }
 }
 
 // The head on some positions only (those with a loss): their logits, and the gradients of

@@ -77,6 +77,7 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
     sampled.max_new_tokens = 12;
     sampled.stop_ids = {3};
     sampled.temperature = 0.8;
+    sampled.record_experts = true;  // a mixture of experts: the same experts at every t
     SamplingParams greedy = sampled;
     greedy.greedy = true;
     auto generators = [&] {
@@ -118,6 +119,8 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
                                         {&got_refilled[i], &want_sampled[i]}}) {
           REQUIRE(got->tokens == want->tokens);
           CHECK(got->truncated == want->truncated);
+          CHECK(got->experts == want->experts);
+          CHECK(got->experts.empty() == (c.num_experts == 0));
           for (size_t k = 0; k < got->logprobs.size(); ++k)
             CHECK(std::abs(got->logprobs[k] - want->logprobs[k]) < 1e-5);
         }

@@ -60,6 +60,8 @@ const std::vector<IgnoredKey>& ignored_areal_keys() {
       {"rollout.use_lora", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
       {"gconfig.lora_name", "generation takes the adapters with the policy's weights (actor.use_lora decides)"},
       {"rollout.dump_to_file", "answers are not dumped; stats.jsonl has each step's figures"},
+      {"rollout.return_routed_experts",
+       "the rollout records a mixture of experts' routing itself (moe_route_agreement; actor.router_replay)"},
       {"rollout.enable_rollout_tracing", "no request tracing (no requests: generation is in-process)"},
       {"rollout.check_trajectory_format", "no custom workflows"},
       {"rollout.setup_timeout", "no servers to wait for"},

@@ -83,6 +83,8 @@ struct ActorConfig {
   bool gradient_checkpointing = false;  // AReaL's default: keep activations
   // A mixture of experts' load-balancing loss weight; -1: the model's config.json decides
   double router_aux_loss_coef = -1;
+  // A mixture of experts in RL: route each token as the rollout did (routing replay)
+  bool router_replay = false;
   MicroBatchSpec mb_spec;
   bool use_lora = false;
   int64_t lora_rank = 32;

@@ -271,6 +271,13 @@ std::vector<OptionSpec> declare_options() {
                                              "router_aux_loss_coef when it sets output_router_logits, else 0). "
                                              "Set on a dense model: refused.")
           .at_least(-1),
+      OPTION(actor.router_replay).doc("RL on a mixture of experts: the training forwards on the current "
+                                      "weights (log-prob recomputation and the updates) send each token to "
+                                      "the experts its rollout chose instead of the router's own top-k, the "
+                                      "gate weights staying the router's probabilities at them (routing "
+                                      "replay: keeps the PPO ratio near 1). The rollout records the choices "
+                                      "either way and every step logs moe_route_agreement. Set on a dense "
+                                      "model: refused."),
       OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                                   "tokens, each one packed row without padding (first-fit "
                                                   "decreasing; a longer sequence goes alone). 0: one padded "

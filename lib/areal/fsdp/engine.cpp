@@ -37,6 +37,9 @@ struct ForwardRecord : torch::CustomClassHolder {
   double router_aux_weight = 0;
   std::vector<RouterTally> routers;
   at::Tensor router_aux_grad;
+  // Recorded routes (RouterLoss::experts) met by the tallied layers, and those the
+  // routers' own top-k agreed with (float64 scalars, summed over the layers).
+  at::Tensor recorded_routes, agreeing_routes;
 };
 
 // What one use of a unit computes. Everything a use needs in its backward is here,
@@ -51,6 +54,8 @@ struct UnitCall {
   at::Tensor input_ids;        // Embed
   AttentionInputs attention;   // Layer
   at::Tensor head_rows;        // Head: the positions it runs on (undefined: all)
+  at::Tensor replay;           // a sparse Layer: ExpertChoices::replay (routing replay), or undefined
+  at::Tensor recorded;         // a tallied sparse Layer: the rollout's choices [N, k] to agree with (forward only)
   bool with_adapter = false;   // LoRA on, as it was when the forward ran
   bool keep_graph = false;     // forward records the graph; backward does not recompute
   c10::intrusive_ptr<ForwardRecord> record;  // this use is record->uses[use]
@@ -67,6 +72,7 @@ struct UnitCall {
     d["keep_graph"] = keep_graph;
     d["input_ids"] = input_ids;
     d["head_rows"] = head_rows;
+    d["replay"] = replay;
     d["cos"] = attention.cos;
     d["sin"] = attention.sin;
     d["cos_local"] = attention.cos_local;
@@ -88,6 +94,7 @@ struct UnitCall {
     call.keep_graph = d.at("keep_graph").toBool();
     call.input_ids = d.at("input_ids").toTensor();
     call.head_rows = d.at("head_rows").toTensor();
+    call.replay = d.at("replay").toTensor();
     call.attention.cos = d.at("cos").toTensor();
     call.attention.sin = d.at("sin").toTensor();
     call.attention.cos_local = d.at("cos_local").toTensor();
@@ -147,8 +154,10 @@ UseWeights use_weights(const UnitCall& call, const at::Tensor& flat, const at::T
 }
 
 // Runs a layer or the head on `x` with the weights of one use; a sparse layer's router
-// tally goes to `router` when given.
-at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& w, RouterTally* router = nullptr) {
+// tally goes to `router` when given, and it replays call.replay (its own choices go to
+// `chosen` when given).
+at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& w, RouterTally* router = nullptr,
+                   at::Tensor* chosen = nullptr) {
   ShardedModel& model = call.engine->model();
   const ModelConfig& config = model.config();
   if (call.kind == UnitCall::Kind::Head) {
@@ -164,8 +173,24 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
     return it == w.by_name.end() ? at::Tensor() : it->second;
   };
   at::Tensor keys, values;  // no cache in training
-  return decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(), {},
-                       router);
+  ExpertChoices choices{call.replay, {}};
+  const bool routed = call.replay.defined() || chosen;
+  at::Tensor out = decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(),
+                                 {}, router, routed ? &choices : nullptr);
+  if (chosen) *chosen = choices.chosen;
+  return out;
+}
+
+// A tallied sparse layer's agreement with the rollout's choices (call.recorded): the
+// tokens with a record, and those whose own top-k is the same set, into the record.
+void count_agreement(const UnitCall& call, const at::Tensor& chosen) {
+  const at::Tensor recorded = call.recorded.to(chosen.device());
+  const at::Tensor has = recorded.select(1, 0) >= 0;
+  const at::Tensor same = (std::get<0>(recorded.sort(1)) == std::get<0>(chosen.sort(1))).all(1) & has;
+  ForwardRecord& r = *call.record;
+  const at::Tensor n = has.sum().to(at::kDouble), agree = same.sum().to(at::kDouble);
+  r.recorded_routes = r.recorded_routes.defined() ? r.recorded_routes + n : n;
+  r.agreeing_routes = r.agreeing_routes.defined() ? r.agreeing_routes + agree : agree;
 }
 
 // Whether this use's layer has a router whose tally the forward keeps.
@@ -335,12 +360,15 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     }
     RouterTally tally;
     RouterTally* router = tallies_router(call) ? &tally : nullptr;
+    at::Tensor chosen;
+    at::Tensor* agree = router && call.recorded.defined() ? &chosen : nullptr;
     if (!call.keep_graph) {
       ctx->save_for_backward({x});
       at::Tensor out =
-          run_use(call, x, use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), false), router);
+          run_use(call, x, use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), false), router, agree);
       gathered.release();
       if (router) keep_tally(call, tally);
+      if (agree) count_agreement(call, chosen);
       return out;
     }
     UseWeights w = use_weights(call, gathered.base.tensor(), gathered.adapter.tensor(), true);
@@ -348,8 +376,9 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     at::Tensor out;
     {
       at::AutoGradMode grad_mode(true);
-      out = run_use(call, x_leaf, w, router);
+      out = run_use(call, x_leaf, w, router, agree);
     }
+    if (agree) count_agreement(call, chosen);
     gathered.release();  // the views saved by the graph stay, pointing at no memory
     auto& d = ctx->saved_data;
     d["graph_output"] = out;
@@ -492,6 +521,21 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
     use.with_adapter = kind == Kind::Layer && adapters_enabled();
     record->uses.push_back(use);
   }
+  // A sparse layer's recorded experts [B x T, k] (int64), to replay or to agree with.
+  const ModelConfig& config = model_.config();
+  std::vector<at::Tensor> layer_experts(layers);
+  if (router.experts.defined() && config.num_experts > 0 && (router.replay || record->tally_routers)) {
+    const int64_t k = config.num_experts_per_tok;
+    if (router.experts.dim() != 3 || router.experts.size(0) != input_ids.size(0) ||
+        router.experts.size(1) != input_ids.size(1) || router.experts.size(2) != config.sparse_layer_count() * k)
+      throw std::invalid_argument(cat("FsdpEngine::forward: recorded experts of shape ", router.experts.sizes(),
+                                      " for ids ", input_ids.sizes(), " and ", config.sparse_layer_count(),
+                                      " sparse layers of top-", k));
+    const at::Tensor all = router.experts.to(input_ids.device(), at::kLong);
+    for (size_t l = 0, s = 0; l < layers; ++l)
+      if (config.layer_is_sparse(static_cast<int64_t>(l)))
+        layer_experts[l] = all.narrow(2, static_cast<int64_t>(s++) * k, k).reshape({-1, k});
+  }
   auto apply = [&](size_t i, Kind kind, at::Tensor ids, AttentionInputs attention, const at::Tensor& x,
                    at::Tensor rows = {}) {
     // The gathers of this use and of the next prefetch_depth ones run ahead (forward).
@@ -507,8 +551,15 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
     // backward starts); the layers only with gradient checkpointing.
     const bool keep_graph = needs_grad && kind != Kind::Embed && (kind == Kind::Head || !gradient_checkpointing_);
     use.gathers_in_backward = needs_grad && kind != Kind::Embed;
-    const UnitCall call{this, use.unit, kind, std::move(ids), std::move(attention), std::move(rows), use.with_adapter,
-                        keep_graph, record, i};
+    UnitCall call{this, use.unit, kind, std::move(ids), std::move(attention), std::move(rows)};
+    call.with_adapter = use.with_adapter;
+    call.keep_graph = keep_graph;
+    call.record = record;
+    call.use = i;
+    if (kind == Kind::Layer && layer_experts[i - 1].defined()) {
+      if (router.replay) call.replay = layer_experts[i - 1];
+      if (record->tally_routers) call.recorded = layer_experts[i - 1];
+    }
     return UnitFunction::apply(x, shard, adapter, call);
   };
   // Gemma's embedding scale outside the unit: autograd carries it into the unit's backward.
@@ -536,6 +587,10 @@ void FsdpEngine::finish_router_tallies(ForwardRecord& record) {
   RouterStats& s = router_stats_;
   s.aux_loss_sum = s.forwards == 0 ? aux : s.aux_loss_sum + aux;
   s.expert_tokens = s.forwards == 0 ? per_layer : s.expert_tokens + per_layer;
+  if (record.recorded_routes.defined()) {
+    s.recorded_routes = s.recorded_routes.defined() ? s.recorded_routes + record.recorded_routes : record.recorded_routes;
+    s.agreeing_routes = s.agreeing_routes.defined() ? s.agreeing_routes + record.agreeing_routes : record.agreeing_routes;
+  }
   ++s.forwards;
 }
 

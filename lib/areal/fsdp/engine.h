@@ -29,14 +29,19 @@ class BufferPool;
 class Overlap;
 struct ForwardRecord;
 
-// What a forward with a graph does with a mixture of experts' routers (nothing for a
-// dense model or without a graph).
+// What a forward does with a mixture of experts' routers (nothing for a dense model).
 struct RouterLoss {
-  bool tally = false;  // count its routers' choices into take_router_stats()
+  bool tally = false;  // with a graph: count its routers' choices into take_router_stats()
   // != 0: its backward adds the gradient of weight x its load-balancing loss
   // (transformers' load_balancing_loss_func over this forward's real tokens), as if that
   // term were part of the loss back-propagated; tallies too.
   double weight = 0;
+  // The experts the rollout sent each token to, [B, T, sparse layers x k] (int16, -1: no
+  // record), or undefined. A tallied forward counts the tokens whose own top-k are those
+  // experts (RouterStats); with `replay` every recorded token goes to its recorded
+  // experts instead of its own (routing replay; the gate weights stay this router's).
+  at::Tensor experts;
+  bool replay = false;
 };
 
 // A mixture of experts' routers over the forwards with a graph since the last
@@ -45,6 +50,9 @@ struct RouterStats {
   int64_t forwards = 0;
   at::Tensor aux_loss_sum;   // float64 scalar: each forward's load-balancing loss, summed
   at::Tensor expert_tokens;  // [sparse layers, experts] float64: top-k choices per expert, summed
+  // Tokens x sparse layers with a recorded choice (RouterLoss::experts), and those of them
+  // whose own top-k equals it (float64 scalars; undefined without records).
+  at::Tensor recorded_routes, agreeing_routes;
 };
 
 class FsdpEngine {

@@ -13,16 +13,22 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
   targets_ = set.ids.narrow(1, 1, length - 1);
   for (int64_t r : rows_) lengths_.push_back(set.lengths.at(r));
   if (packed_) {
-    std::vector<at::Tensor> pieces;
-    for (size_t i = 0; i < rows_.size(); ++i) pieces.push_back(set.ids[rows_[i]].narrow(0, 0, lengths_[i]));
+    std::vector<at::Tensor> pieces, experts;
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      pieces.push_back(set.ids[rows_[i]].narrow(0, 0, lengths_[i]));
+      if (set.experts.defined()) experts.push_back(set.experts[rows_[i]].narrow(0, 0, lengths_[i]));
+    }
     // An empty micro-batch (a rank short of sequences) is one padding token with no loss.
     at::Tensor row = pieces.empty() ? at::zeros({1}, at::kLong) : at::cat(pieces);
+    if (set.experts.defined())
+      experts_ = (pieces.empty() ? at::full({1, set.experts.size(2)}, -1, at::kShort) : at::cat(experts)).unsqueeze(0);
     if (pieces.empty()) lengths_ = {1};
     ids_ = row.view({1, -1}).to(device_);
     width_ = row.numel();
   } else {
     const int64_t longest = std::max<int64_t>(2, *std::max_element(lengths_.begin(), lengths_.end()));
     ids_ = set.ids.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, longest).to(device_);
+    if (set.experts.defined()) experts_ = set.experts.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, longest);
     width_ = longest - 1;
   }
 }
@@ -30,10 +36,10 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
 at::Tensor MicroBatch::run(Policy& policy, PolicyWeights weights, double loss_share, const at::Tensor& head_rows) const {
   if (packed_) {
     return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
-                          weights, loss_share, head_rows);
+                          weights, loss_share, head_rows, experts_);
   }
   at::Tensor mask = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
-  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share, head_rows);
+  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share, head_rows, experts_);
 }
 
 at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double loss_share) const {

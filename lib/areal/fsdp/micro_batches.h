@@ -24,6 +24,9 @@ namespace areal {
 struct PaddedSequences {
   at::Tensor ids;                // [N, L] on the CPU
   std::vector<int64_t> lengths;  // real tokens of each row
+  // A mixture of experts' recorded choices [N, L, sparse layers x k] (int16, -1: none;
+  // Policy::forward's `experts`), or undefined.
+  at::Tensor experts;
 };
 
 // One micro-batch. "Target tensors" are the set's [N, L - 1] per-row values aligned with
@@ -61,6 +64,7 @@ class MicroBatch {
   bool packed_;
   at::Device device_;
   at::Tensor ids_;      // [R, T] on device_
+  at::Tensor experts_;  // [R, T, sparse layers x k] on the CPU, or undefined
   at::Tensor targets_;  // the set's [N, L - 1] targets
   int64_t width_ = 0;   // W
 };

@@ -29,6 +29,9 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0 && cfg.actor.router_aux_loss_coef >= 0)
     throw ConfigError(cat("option 'actor.router_aux_loss_coef' = ", cfg.actor.router_aux_loss_coef, ": the model (",
                           model.model_type, ", ", cfg.model_path, ") is dense and has no router; leave it unset (-1)"));
+  if (model.num_experts == 0 && cfg.actor.router_replay)
+    throw ConfigError(cat("option 'actor.router_replay' = true: the model (", model.model_type, ", ", cfg.model_path,
+                          ") is dense and has no router to replay"));
 }
 
 double router_aux_loss_coef(const Config& cfg, const ModelConfig& model) {
@@ -41,6 +44,7 @@ Policy::Policy(const Config& cfg, ShardedModel& model, Communicator& comm)
     : cfg_(cfg),
       model_(model),
       router_aux_loss_coef_(router_aux_loss_coef(cfg, model.config())),
+      router_replay_(cfg.actor.router_replay),
       comm_(comm),
       engine_(make_engine(cfg, model, comm)) {}
 
@@ -61,19 +65,22 @@ void Policy::keep_reference() {
 }
 
 at::Tensor Policy::forward(const at::Tensor& ids, const at::Tensor& attention_mask, PolicyWeights weights,
-                           double loss_share, const at::Tensor& head_rows) {
+                           double loss_share, const at::Tensor& head_rows, const at::Tensor& experts) {
   return forward(ids, attention_inputs(config(), ids, attention_mask, nullptr, compute_dtype()), weights, loss_share,
-                 head_rows);
+                 head_rows, experts);
 }
 
 at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attention, PolicyWeights weights,
-                           double loss_share, const at::Tensor& head_rows) {
-  // The engine averages gradients over ranks: world_size undoes it for the aux term too.
-  if (weights == PolicyWeights::current)
-    return engine_->forward(
-        ids, attention,
-        RouterLoss{loss_share > 0, router_aux_loss_coef_ * loss_share * static_cast<double>(comm_.world_size())},
-        head_rows);
+                           double loss_share, const at::Tensor& head_rows, const at::Tensor& experts) {
+  if (weights == PolicyWeights::current) {
+    RouterLoss router;
+    router.tally = loss_share > 0;
+    // The engine averages gradients over ranks: world_size undoes it for the aux term too.
+    router.weight = router_aux_loss_coef_ * loss_share * static_cast<double>(comm_.world_size());
+    router.experts = experts;
+    router.replay = router_replay_ && experts.defined();
+    return engine_->forward(ids, attention, router, head_rows);
+  }
   if (!reference_kept_) throw std::logic_error("Policy::forward: no reference was kept (keep_reference)");
   FsdpEngine& engine = reference_engine_ ? *reference_engine_ : *engine_;
   // With LoRA the reference is the base model: the adapters are off for this forward
@@ -87,21 +94,27 @@ at::Tensor Policy::forward(const at::Tensor& ids, const AttentionInputs& attenti
 NamedFigures Policy::router_figures() {
   const ModelConfig& c = config();
   if (c.num_experts == 0) return {};
-  int64_t sparse = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) sparse += c.layer_is_sparse(l);
+  const int64_t sparse = c.sparse_layer_count();
   const RouterStats s = engine_->take_router_stats();
   // [forwards, aux sum, expert tokens...] summed over ranks (a rank without forwards adds zeros).
-  at::Tensor sums = at::zeros({2 + sparse * c.num_experts}, at::kDouble);
+  // [forwards, aux sum, recorded routes, agreeing routes, expert tokens...]
+  at::Tensor sums = at::zeros({4 + sparse * c.num_experts}, at::kDouble);
   if (s.forwards > 0) {
     sums[0] = static_cast<double>(s.forwards);
     sums[1] = s.aux_loss_sum.cpu();
-    sums.narrow(0, 2, sparse * c.num_experts).copy_(s.expert_tokens.reshape({-1}).cpu());
+    if (s.recorded_routes.defined()) {
+      sums[2] = s.recorded_routes.cpu();
+      sums[3] = s.agreeing_routes.cpu();
+    }
+    sums.narrow(0, 4, sparse * c.num_experts).copy_(s.expert_tokens.reshape({-1}).cpu());
   }
   comm_.all_reduce(sums, ReduceOp::Sum);
   const double forwards = sums[0].item<double>();
   if (forwards == 0) return {};
   NamedFigures figures = {{"moe_aux_loss", sums[1].item<double>() / forwards}};
-  const at::Tensor tokens = sums.narrow(0, 2, sparse * c.num_experts).view({sparse, c.num_experts});
+  if (const double recorded = sums[2].item<double>(); recorded > 0)
+    figures.push_back({"moe_route_agreement", sums[3].item<double>() / recorded});
+  const at::Tensor tokens = sums.narrow(0, 4, sparse * c.num_experts).view({sparse, c.num_experts});
   for (int64_t l = 0, i = 0; l < c.num_hidden_layers; ++l) {
     if (!c.layer_is_sparse(l)) continue;
     figures.push_back({cat("moe_tokens_min/layer_", l), tokens[i].min().item<double>()});

@@ -69,17 +69,23 @@ class Policy {
   // the update's gradient is that of the loss plus coef x the loss-weighted mean of its
   // forwards' load-balancing losses. 0: neither (scoring, the reference, padding).
   // `head_rows`: the head on those positions only (FsdpEngine::forward).
+  // `experts`: a mixture of experts' choices in the rollout of these tokens [B, T, sparse
+  // layers x k] (int16, -1: none; Generated::experts): a train forward counts how many
+  // its routers make again (moe_route_agreement) and, with actor.router_replay, every
+  // forward on the current weights routes the tokens to them (the reference never).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask,
                      PolicyWeights weights = PolicyWeights::current, double loss_share = 0,
-                     const at::Tensor& head_rows = {});
+                     const at::Tensor& head_rows = {}, const at::Tensor& experts = {});
   // The same with the attention inputs made by the caller (packed sequences).
   at::Tensor forward(const at::Tensor& ids, const AttentionInputs& attention,
                      PolicyWeights weights = PolicyWeights::current, double loss_share = 0,
-                     const at::Tensor& head_rows = {});
+                     const at::Tensor& head_rows = {}, const at::Tensor& experts = {});
   // A mixture of experts' routers over the train forwards since the last call, all
   // ranks: moe_aux_loss (a forward's load-balancing loss, their mean) and for each sparse
   // layer l moe_tokens_min/layer_l and moe_tokens_max/layer_l (the tokens routed to its
-  // least and its most used expert). Empty for a dense model. Collective.
+  // least and its most used expert), and with recorded experts moe_route_agreement (the
+  // share of tokens x sparse layers whose top-k equals the rollout's). Empty for a dense
+  // model. Collective.
   NamedFigures router_figures();
   // What an optimizer updates: the adapter shards with LoRA, else the base shards.
   std::vector<at::Tensor> trainable() { return model_.trainable_shards(); }
@@ -111,6 +117,7 @@ class Policy {
   const Config& cfg_;
   ShardedModel& model_;
   double router_aux_loss_coef_ = 0;
+  bool router_replay_ = false;
   Communicator& comm_;
   std::unique_ptr<FsdpEngine> engine_;
   bool reference_kept_ = false;

@@ -94,6 +94,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
   in.sampling.max_rows = cfg.rollout.max_running_requests;
+  in.sampling.record_experts = model.num_experts > 0;  // moe_route_agreement, actor.router_replay
   in.episodic = cfg.agent_run_args.max_turns > 1 || !cfg.env.empty();
   if (!cfg.gconfig.stop.empty()) {  // the tokenizer lives in `in` as long as the sampling does
     auto stops = std::make_shared<StopStrings>(cfg.gconfig.stop, *in.tokenizer);

@@ -119,10 +119,19 @@ at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k
   return at::matmul(probs, vals);
 }
 
-ExpertRouting route_tokens(const ModelConfig& c, const at::Tensor& router_weight, const at::Tensor& tokens) {
+ExpertRouting route_tokens(const ModelConfig& c, const at::Tensor& router_weight, const at::Tensor& tokens,
+                           const at::Tensor& replay) {
   ExpertRouting r;
   r.logits = at::linear(tokens, router_weight);
-  std::tie(r.weights, r.experts) = at::softmax(r.logits, -1, at::kFloat).topk(c.num_experts_per_tok, -1);
+  const at::Tensor probabilities = at::softmax(r.logits, -1, at::kFloat);
+  std::tie(r.weights, r.experts) = probabilities.topk(c.num_experts_per_tok, -1);
+  r.used = r.experts;
+  if (replay.defined()) {  // the recorded rows' experts, weighted by this router's probabilities there
+    const at::Tensor recorded = replay.to(r.experts.device(), at::kLong);
+    const at::Tensor has = (recorded.select(1, 0) >= 0).unsqueeze(1);
+    r.used = at::where(has, recorded, r.experts);
+    r.weights = probabilities.gather(1, r.used);
+  }
   if (c.norm_topk_prob) r.weights = r.weights / r.weights.sum(-1, /*keepdim=*/true);
   // transformers: Qwen3-MoE weighs the experts' outputs in the compute dtype, Mixtral in float32.
   if (c.model_type != "mixtral") r.weights = r.weights.to(r.logits.scalar_type());
@@ -158,19 +167,21 @@ at::Tensor load_balancing_loss(const ModelConfig& c, const std::vector<RouterTal
 
 at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
                           const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
-                          RouterTally* router, const at::Tensor& present) {
+                          RouterTally* router, const at::Tensor& present, ExpertChoices* choices) {
   using P = ModelConfig::ExpertProjection;
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
-  const ExpertRouting routing = route_tokens(c, w(c.router_weight()), tokens);
+  const ExpertRouting routing =
+      route_tokens(c, w(c.router_weight()), tokens, choices ? choices->replay : at::Tensor());
   if (router) *router = tally_router(c, routing.logits, present);
+  if (choices) choices->chosen = routing.experts;
   // The (token, choice) pairs sorted by expert: each expert's tokens are one contiguous
   // run, gathered once and computed as one product per projection.
   const int64_t k = c.num_experts_per_tok;
-  const at::Tensor choices = routing.experts.reshape({-1});
-  const at::Tensor order = at::argsort(choices, /*stable=*/true, /*dim=*/0);
+  const at::Tensor pairs = routing.used.reshape({-1});
+  const at::Tensor order = at::argsort(pairs, /*stable=*/true, /*dim=*/0);
   const at::Tensor token_of = order.div(k, "floor");
   const at::Tensor weight_of = routing.weights.reshape({-1}).index_select(0, order);
-  const at::Tensor counts = at::bincount(choices, {}, c.num_experts).to(at::kCPU);
+  const at::Tensor counts = at::bincount(pairs, {}, c.num_experts).to(at::kCPU);
   const int64_t* count = counts.data_ptr<int64_t>();
   std::vector<at::Tensor> outputs;  // each expert's weighted outputs, in the sorted order
   int64_t begin = 0;
@@ -189,7 +200,7 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
 
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
-                         const PartialSumReduce& reduce, RouterTally* router) {
+                         const PartialSumReduce& reduce, RouterTally* router, ExpertChoices* choices) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -244,7 +255,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
                                                            : "post_attention_layernorm.weight"));
   at::Tensor mlp;
   if (c.layer_is_sparse(layer)) {
-    mlp = expert_mixture(c, w, m, linear, router, attention.present);
+    mlp = expert_mixture(c, w, m, linear, router, attention.present, choices);
   } else {
     at::Tensor gate = linear(m, "mlp.gate_proj");
     gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);

@@ -82,6 +82,15 @@ struct RouterTally {
   at::Tensor tokens;           // float32 scalar: the real tokens counted
 };
 
+// A sparse layer's expert choices (routing replay, docs/models.md). Generation reads the
+// router's own choices; a training forward may route each token to the experts its
+// rollout chose instead (the gate weights stay the router's probabilities at them), so
+// that the experts trained are those that sampled the answer.
+struct ExpertChoices {
+  at::Tensor replay;  // in: [N, k] int64 each token's experts (a row of -1: its own top-k); undefined: none
+  at::Tensor chosen;  // out: [N, k] int64 the router's own top-k of each token (route_tokens' order)
+};
+
 // transformers' load-balancing loss over `tallies` (one per sparse layer):
 // experts * sum_e (C_e / R) * (P_e / R), C and P summed over the layers, R the tokens
 // of all layers. Differentiable through the probability sums.
@@ -95,27 +104,34 @@ at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<Rout
 // slices (q/k/v, gate/up by output rows; o_proj, down_proj by input columns), and
 // `reduce` sums the o_proj and down_proj outputs over the group before each residual add.
 // `layer`: its index (Gemma's sliding layers take the local rotary tables).
-// `router`: when given and the layer is sparse, filled with its router's tally.
+// `router`: when given and the layer is sparse, filled with its router's tally;
+// `choices` likewise, read and filled (ExpertChoices; N = B x T tokens, row-major).
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {},
-                         RouterTally* router = nullptr);
+                         RouterTally* router = nullptr, ExpertChoices* choices = nullptr);
 
 // A sparse layer's router on tokens [N, hidden]: logits [N, experts], and each token's
 // top num_experts_per_tok experts [N, k] (int64) with their weights [N, k] (softmax
 // probabilities, renormalized with norm_topk_prob), as transformers routes.
+// `replay` ([N, k], ExpertChoices): the tokens with a row other than -1 take those
+// experts, weighted by their probabilities there (renormalized alike); `experts` stays
+// the router's own top-k and `used` holds the experts that run.
 struct ExpertRouting {
-  at::Tensor logits, experts, weights;
+  at::Tensor logits, experts, weights, used;
 };
-ExpertRouting route_tokens(const ModelConfig& config, const at::Tensor& router_weight, const at::Tensor& tokens);
+ExpertRouting route_tokens(const ModelConfig& config, const at::Tensor& router_weight, const at::Tensor& tokens,
+                           const at::Tensor& replay = {});
 
 // A sparse layer's MLP on x [..., hidden]: each token through its routed experts, weighted
 // and summed; every expert's tokens in one product per projection, none dropped.
 // `linear(in, name)` applies the layer's linear `name` (with its LoRA adapter when set).
-// `router`: filled with the tally of the tokens `present` marks (undefined: all), when given.
+// `router`: filled with the tally of the tokens `present` marks (undefined: all), when given
+// (the router's own choices, replayed or not); `choices`: read and filled (ExpertChoices).
 at::Tensor expert_mixture(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
                           const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
-                          RouterTally* router = nullptr, const at::Tensor& present = {});
+                          RouterTally* router = nullptr, const at::Tensor& present = {},
+                          ExpertChoices* choices = nullptr);
 
 // Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,

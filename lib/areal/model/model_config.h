@@ -1,6 +1,7 @@
 // A decoder-only model's shape, read from a Hugging Face config.json.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -70,6 +71,9 @@ struct ModelConfig {
 
   bool layer_is_sparse(int64_t layer) const {
     return num_experts > 0 && sparse_layers.at(static_cast<size_t>(layer));
+  }
+  int64_t sparse_layer_count() const {
+    return num_experts > 0 ? static_cast<int64_t>(std::count(sparse_layers.begin(), sparse_layers.end(), true)) : 0;
   }
   // A sparse layer's weight names inside the layer, as the Hub writes them: Qwen3-MoE's
   // mlp.gate / mlp.experts.<e>.{gate,up,down}_proj, Mixtral's block_sparse_moe.gate /

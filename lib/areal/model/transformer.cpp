@@ -72,12 +72,12 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, int64_t index, const at::Tensor
 }
 
 at::Tensor DecoderLayer::forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys,
-                                 at::Tensor& values, RouterTally* router) {
+                                 at::Tensor& values, RouterTally* router, ExpertChoices* choices) {
   auto lookup = [this](const std::string& name) {
     auto it = weights_.find(name);
     return it == weights_.end() ? at::Tensor() : it->second;
   };
-  return decoder_layer(config_, index_, lookup, x, attention, keys, values, 0.0, {}, router);
+  return decoder_layer(config_, index_, lookup, x, attention, keys, values, 0.0, {}, router, choices);
 }
 
 DecoderStack::DecoderStack(const ModelConfig& c, const at::TensorOptions& options) {
@@ -96,19 +96,23 @@ CausalLM::CausalLM(const ModelConfig& config, const at::TensorOptions& options) 
 }
 
 at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, KVCache* cache,
-                             std::vector<RouterTally>* routers) {
+                             std::vector<RouterTally>* routers, std::vector<ExpertChoices>* choices) {
   at::Tensor h = embed_tokens(config_, model->embed_tokens, input_ids);
   AttentionInputs attention = attention_inputs(config_, input_ids, attention_mask, cache, h.scalar_type());
   if (cache && cache->keys.empty()) {
     cache->keys.resize(model->layers.size());
     cache->values.resize(model->layers.size());
   }
-  for (size_t i = 0; i < model->layers.size(); ++i) {
+  if (choices && choices->empty()) choices->resize(static_cast<size_t>(config_.sparse_layer_count()));
+  for (size_t i = 0, sparse = 0; i < model->layers.size(); ++i) {
     at::Tensor keys = cache ? cache->keys[i] : at::Tensor();
     at::Tensor values = cache ? cache->values[i] : at::Tensor();
     RouterTally tally;
-    const bool tallied = routers && config_.layer_is_sparse(static_cast<int64_t>(i));
-    h = model->layers[i]->forward(h, attention, keys, values, tallied ? &tally : nullptr);
+    const bool is_sparse = config_.layer_is_sparse(static_cast<int64_t>(i));
+    const bool tallied = routers && is_sparse;
+    ExpertChoices* layer_choices = choices && is_sparse ? &choices->at(sparse) : nullptr;
+    sparse += is_sparse;
+    h = model->layers[i]->forward(h, attention, keys, values, tallied ? &tally : nullptr, layer_choices);
     if (tallied) routers->push_back(tally);
     if (cache) {
       cache->keys[i] = keys;

@@ -30,7 +30,7 @@ class DecoderLayer : public torch::nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, int64_t index, const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
-                     RouterTally* router = nullptr);
+                     RouterTally* router = nullptr, ExpertChoices* choices = nullptr);
 
  private:
   ModelConfig config_;
@@ -56,9 +56,10 @@ class CausalLM : public torch::nn::Module {
   // 0.. for each sequence, counting only its tokens (left padding is skipped over).
   // With a cache, the tokens continue the cached ones and the cache grows by T.
   // `routers`: each sparse layer's router tally appended, in layer order (for
-  // load_balancing_loss).
+  // load_balancing_loss). `choices`: one per sparse layer, in layer order (resized to
+  // them when empty), read and filled as decoder_layer does (ExpertChoices).
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {}, KVCache* cache = nullptr,
-                     std::vector<RouterTally>* routers = nullptr);
+                     std::vector<RouterTally>* routers = nullptr, std::vector<ExpertChoices>* choices = nullptr);
 
   const ModelConfig& config() const { return config_; }
   std::shared_ptr<DecoderStack> model;

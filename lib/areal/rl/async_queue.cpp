@@ -28,6 +28,7 @@ std::vector<char> encode_group(const FinishedGroup& g) {
     w.put(a.reward);
     w.put(a.env_seconds);
     w.put<uint8_t>(static_cast<uint8_t>(a.end));
+    w.put_vector(a.experts);
   }
   return w.take();
 }
@@ -52,6 +53,7 @@ FinishedGroup decode_group(const std::vector<char>& bytes) {
     a.reward = r.get<double>();
     a.env_seconds = r.get<double>();
     a.end = static_cast<EpisodeEnd>(r.get<uint8_t>());
+    a.experts = r.get_vector<int16_t>();
   }
   if (!r.done() || g.rewards.size() != g.answers.size())
     throw std::runtime_error(cat("a finished group's message (group ", g.index, ") is malformed"));

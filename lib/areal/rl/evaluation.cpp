@@ -8,6 +8,7 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
                        const std::vector<bool>& mine, SamplingParams sampling, const Tokenizer& tokenizer,
                        Rewarder& reward, int64_t chunk, EpisodeRunner* episodes) {
   sampling.greedy = true;
+  sampling.record_experts = false;  // nothing trains on these answers
   EvalCounts counts;
   int64_t failures = 0;
   std::vector<at::Generator> none;

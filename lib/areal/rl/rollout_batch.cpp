@@ -27,6 +27,22 @@ std::vector<double> score_answers(const std::vector<SharedPrompt>& prompts, int6
   return rewards;
 }
 
+namespace {
+
+// Row i's recorded experts into r.experts (made on the first call): the tokens that ran,
+// its `ran` first (all but the answer's last, which was sampled and never run).
+void put_experts(Rollout& r, int64_t i, const std::vector<int16_t>& experts, int64_t ran, int64_t longest) {
+  const int64_t ids = static_cast<int64_t>(experts.size());
+  if (!r.experts.defined()) r.experts = at::full({r.rows(), longest, ids / std::max<int64_t>(1, ran)}, -1, at::kShort);
+  const int64_t per_token = r.experts.size(2);
+  if (ran * per_token != ids)
+    throw std::logic_error(cat("pack: answer ", i, " has ", ids, " expert ids for ", ran, " tokens of ", per_token,
+                               " ids each"));
+  r.experts[i].narrow(0, 0, ran).copy_(at::from_blob(const_cast<int16_t*>(experts.data()), {ran, per_token}, at::kShort));
+}
+
+}  // namespace
+
 Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const std::vector<Generated>& answers,
              const Tokenizer& tokenizer) {
   Rollout r;
@@ -39,6 +55,8 @@ Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const 
   r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);
   r.loss_mask = at::zeros({rows, longest - 1}, at::kFloat);
   r.old_logp = at::zeros({rows, longest - 1}, at::kFloat);
+  // Every answer has the experts of its tokens, or none does (a dense model).
+  const bool experts = rows > 0 && !answers[0].experts.empty();
   for (int64_t i = 0; i < rows; ++i) {
     const Prompt& prompt = *prompts[i / n_samples];
     const Generated& answer = answers[i];
@@ -53,6 +71,7 @@ Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const 
       }
       r.old_logp[i].narrow(0, p - 1, a).copy_(at::tensor(answer.logprobs, at::kFloat));
     }
+    if (experts) put_experts(r, i, answer.experts, p + std::max<int64_t>(a - 1, 0), longest);
     r.answer_tokens += a;
     r.answer_lengths.push_back(a);
     r.truncated_rows.push_back(answer.truncated ? 1.0f : 0.0f);

@@ -28,6 +28,9 @@ struct Rollout {
   at::Tensor loss_mask;  // [rows, L - 1] 1 where the target is an answer token
   at::Tensor old_logp;   // [rows, L - 1] behaviour log-probs of the answer tokens
   std::vector<int64_t> lengths;  // real tokens per row (prompt + answer)
+  // A mixture of experts: [rows, L, sparse layers x k] int16, the experts the rollout
+  // sent each token to (Generated::experts), -1 where none ran; undefined otherwise.
+  at::Tensor experts;
   std::vector<int64_t> answer_lengths;
   std::vector<float> truncated_rows;  // 1 where the answer hit max_new_tokens without a stop token
   std::vector<double> rewards;   // raw rewards
@@ -36,7 +39,7 @@ struct Rollout {
   EpisodeCounts episodes;
 
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
-  PaddedSequences sequences() const { return {ids, lengths}; }
+  PaddedSequences sequences() const { return {ids, lengths, experts}; }
 };
 
 // The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end):

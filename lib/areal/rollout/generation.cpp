@@ -81,9 +81,10 @@ namespace {
 // Runs `ids` [B, T] (row b's first `counts[b]` tokens real, the rest padding) through
 // the model as tokens appended to cache rows `rows`, and returns the logits of each
 // row's last real token [B, this rank's vocabulary columns]: the head runs on B
-// positions only.
+// positions only. `experts`, when given: the routers' choices [B, T, sparse layers, k]
+// (int16, on the CPU).
 at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& ids, const std::vector<int64_t>& rows,
-                  const std::vector<int64_t>& counts) {
+                  const std::vector<int64_t>& counts, at::Tensor* experts = nullptr) {
   const ModelConfig& c = model.config();
   const at::Device device = model.options().device();
   const int64_t batch = ids.size(0);
@@ -91,12 +92,18 @@ at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& id
   AttentionInputs attention;
   set_rotary(attention, step.positions, c, c10::typeMetaToScalarType(model.options().dtype()));
   at::Tensor h = model.embed(ids.to(device));
+  std::vector<at::Tensor> chosen;  // each sparse layer's [B x T, k]
   for (size_t i = 0; i < static_cast<size_t>(c.num_hidden_layers); ++i) {
     attention.cached = [&cache, &step, i](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
       return cache.attend(i, step, q, k, v);
     };
-    h = model.layer(i, h, attention);
+    ExpertChoices choices;
+    const bool record = experts && c.layer_is_sparse(static_cast<int64_t>(i));
+    h = model.layer(i, h, attention, record ? &choices : nullptr);
+    if (record) chosen.push_back(choices.chosen);
   }
+  if (experts)  // one copy to the host per step, beside the logits'
+    *experts = at::stack(chosen, 1).view({batch, ids.size(1), -1}).to(at::kShort).cpu();
   std::vector<int64_t> last(batch);
   for (int64_t b = 0; b < batch; ++b) last[b] = counts[b] - 1;
   at::Tensor index = at::tensor(last, at::kLong).to(device).view({batch, 1, 1}).expand({batch, 1, h.size(-1)});
@@ -105,21 +112,23 @@ at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& id
 
 // Answers `answers` take new rows at the end of the cache, their prompts right-padded
 // into one prefill; returns each one's first logits [rows, this rank's vocabulary
-// columns].
+// columns] (and the prompts' experts, as extend).
 at::Tensor start_answers(RolloutModel& model, PagedKvCache& cache, const std::vector<std::vector<int64_t>>& prompts,
-                         const std::vector<int64_t>& answers, int64_t pad_id) {
+                         const std::vector<int64_t>& answers, int64_t pad_id, std::vector<int64_t>& counts,
+                         at::Tensor* experts) {
   const int64_t n = static_cast<int64_t>(answers.size());
   int64_t longest = 0;
   for (int64_t a : answers) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[a].size()));
   at::Tensor ids = at::full({n, longest}, pad_id, at::kLong);
-  std::vector<int64_t> rows(n), counts(n);
+  std::vector<int64_t> rows(n);
+  counts.assign(n, 0);
   for (int64_t b = 0; b < n; ++b) {
     rows[b] = cache.rows() + b;
     counts[b] = static_cast<int64_t>(prompts[answers[b]].size());
     ids[b].narrow(0, 0, counts[b]).copy_(at::tensor(prompts[answers[b]], at::kLong));
   }
   cache.add_rows(n);
-  return extend(model, cache, ids, rows, counts);
+  return extend(model, cache, ids, rows, counts, experts);
 }
 
 }  // namespace
@@ -182,6 +191,19 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
   std::vector<int64_t> batch;
   std::vector<bool> waiting;
   int64_t waiting_rows = 0;
+  // The experts of a step's tokens [B, T, ...] (extend) onto answers[b]'s first counts[b].
+  at::Tensor step_experts;
+  at::Tensor* const record = p.record_experts && model.config().num_experts > 0 ? &step_experts : nullptr;
+  auto keep_experts = [&](const std::vector<int64_t>& answers, const std::vector<int64_t>& counts) {
+    if (!record) return;
+    const int64_t per_token = step_experts.size(2);
+    const int16_t* data = step_experts.data_ptr<int16_t>();  // contiguous: a fresh host copy
+    for (size_t b = 0; b < answers.size(); ++b) {
+      const int16_t* row = data + static_cast<int64_t>(b) * step_experts.size(1) * per_token;
+      std::vector<int16_t>& kept = out[answers[b]].experts;
+      kept.insert(kept.end(), row, row + counts[b] * per_token);
+    }
+  };
   auto start_new = [&](int64_t room, std::vector<int64_t>& rows) {  // up to `room` new answers take rows
     std::vector<int64_t> ids;
     for (int64_t k = 0; k < room; ++k) {
@@ -205,7 +227,9 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
       batch.push_back(id);
       waiting.push_back(false);
     }
-    at::Tensor first = start_answers(model, cache, prompts, ids, p.pad_id);
+    std::vector<int64_t> counts;
+    at::Tensor first = start_answers(model, cache, prompts, ids, p.pad_id, counts, record);
+    keep_experts(ids, counts);
     for (int64_t id : ids) std::vector<int64_t>().swap(prompts[id]);  // started: the cache has it
     return first;
   };
@@ -327,9 +351,15 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
     }
     if (weight_check) logits_version = weight_check();
     std::vector<at::Tensor> parts;
+    auto answers_of = [&](const std::vector<int64_t>& rows) {
+      std::vector<int64_t> answers;
+      for (int64_t row : rows) answers.push_back(batch[row]);
+      return answers;
+    };
     if (!decode_rows.empty()) {
-      parts.push_back(extend(model, cache, at::tensor(decode_tokens, at::kLong).unsqueeze(1), decode_rows,
-                             std::vector<int64_t>(decode_rows.size(), 1)));
+      const std::vector<int64_t> ones(decode_rows.size(), 1);
+      parts.push_back(extend(model, cache, at::tensor(decode_tokens, at::kLong).unsqueeze(1), decode_rows, ones, record));
+      keep_experts(answers_of(decode_rows), ones);
       logit_rows.insert(logit_rows.end(), decode_rows.begin(), decode_rows.end());
     }
     if (!resume_rows.empty()) {
@@ -342,7 +372,8 @@ int64_t generate_stream(RolloutModel& model, const SamplingParams& p, int64_t lo
         counts.push_back(static_cast<int64_t>(resume_tokens[k].size()));
         ids[static_cast<int64_t>(k)].narrow(0, 0, counts.back()).copy_(at::tensor(resume_tokens[k], at::kLong));
       }
-      parts.push_back(extend(model, cache, ids, resume_rows, counts));
+      parts.push_back(extend(model, cache, ids, resume_rows, counts, record));
+      keep_experts(answers_of(resume_rows), counts);
       logit_rows.insert(logit_rows.end(), resume_rows.begin(), resume_rows.end());
     }
     // Refill: new answers take the free rows, prefilled together; their first logits

@@ -36,6 +36,10 @@ struct Generated {
   bool truncated = false;       // max_new_tokens (or gconfig.max_tokens) reached without a stop
   std::vector<int64_t> versions;  // the weight version each token was sampled with (with a
                                   // WeightCheck; -1 for the environment's)
+  // SamplingParams::record_experts: the experts each token that ran through the model went
+  // to, in sequence order (the prompt's tokens, then the answer's but its last, which
+  // never ran), sparse layers x num_experts_per_tok ids per token, the router's order.
+  std::vector<int16_t> experts;
   // Episodes only (empty / 0 for a single answer, which reward_fn scores):
   std::vector<uint8_t> model_tokens;  // per token: 1 the model's, 0 the environment's (loss mask)
   int64_t turns = 0;                  // the model's turns

@@ -156,7 +156,8 @@ at::Tensor RolloutModel::embed(const at::Tensor& ids) {
   return scale_embeddings(config_, hidden);
 }
 
-at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention) {
+at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention,
+                               ExpertChoices* choices) {
   const auto& weights = layers_.at(i);
   auto lookup = [&weights](const std::string& name) {
     auto it = weights.find(name);
@@ -166,7 +167,7 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
   at::Tensor unused_keys, unused_values;  // the cache keeps them
   return decoder_layer(local_, static_cast<int64_t>(i), lookup, hidden, attention, unused_keys, unused_values, 0.0,
-                       reduce);
+                       reduce, nullptr, choices);
 }
 
 at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {

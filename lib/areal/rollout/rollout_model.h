@@ -61,7 +61,9 @@ class RolloutModel {
   // The forward in three parts, each collective over the group when t > 1.
   at::Tensor embed(const at::Tensor& ids);  // [B, T] -> [B, T, hidden]
   // Layer i; `attention.cached` holds this layer's keys and values (paged_kv_cache.h).
-  at::Tensor layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention);
+  // `choices` (a sparse layer): filled with its router's choices (ExpertChoices).
+  at::Tensor layer(size_t i, const at::Tensor& hidden, const AttentionInputs& attention,
+                   ExpertChoices* choices = nullptr);
   // [B, T, hidden] -> this rank's vocabulary columns [B, T, vocab_columns()], token
   // ids vocab_begin() on (at t = 1 the whole vocabulary; the last rank's columns past
   // the vocabulary are padding). Sampling joins the ranks' columns (sampling.h).

@@ -47,6 +47,8 @@ struct SamplingParams {
   // Answers decoded at once (rows of the cache); a finished answer's row is refilled from
   // the waiting ones at once (continuous batching). 0: all of them at once.
   int64_t max_rows = 0;
+  // A mixture of experts: keep each token's experts in Generated::experts (routing replay).
+  bool record_experts = false;
 };
 SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id);
 
