@@ -183,18 +183,30 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
   const at::Tensor weight_of = routing.weights.reshape({-1}).index_select(0, order);
   const at::Tensor counts = at::bincount(pairs, {}, c.num_experts).to(at::kCPU);
   const int64_t* count = counts.data_ptr<int64_t>();
-  std::vector<at::Tensor> outputs;  // each expert's weighted outputs, in the sorted order
+  // Each expert's weighted outputs back in (token, choice) order. Without a graph they go
+  // straight to their rows (one pass); with one, a concatenation reordered once, whose
+  // backward is two passes (in-place row copies would cost autograd a copy of the whole
+  // buffer per expert). The same values either way.
+  const bool graph = at::GradMode::is_enabled();
+  std::vector<at::Tensor> outputs;  // with a graph: in the sorted order
+  at::Tensor unsorted;
   int64_t begin = 0;
   for (int64_t e = 0; e < c.num_experts; begin += count[e], ++e) {
     if (count[e] == 0) continue;
     const at::Tensor in = tokens.index_select(0, token_of.narrow(0, begin, count[e]));
     auto name = [](const std::string& weight) { return weight.substr(0, weight.size() - std::string(".weight").size()); };
     at::Tensor h = at::silu(linear(in, name(c.expert_weight(e, P::Gate)))) * linear(in, name(c.expert_weight(e, P::Up)));
-    outputs.push_back(linear(h, name(c.expert_weight(e, P::Down))) * weight_of.narrow(0, begin, count[e]).unsqueeze(1));
+    at::Tensor out = linear(h, name(c.expert_weight(e, P::Down))) * weight_of.narrow(0, begin, count[e]).unsqueeze(1);
+    if (graph) {
+      outputs.push_back(std::move(out));
+      continue;
+    }
+    if (!unsorted.defined()) unsorted = at::empty({pairs.size(0), tokens.size(1)}, out.options());
+    unsorted.index_copy_(0, order.narrow(0, begin, count[e]), out);
   }
-  // Back to (token, choice) order and summed over the choices in one reduction (float32
-  // accumulation for bfloat16, the same order on every device), as transformers sums them.
-  const at::Tensor unsorted = at::cat(outputs).index_select(0, at::argsort(order));
+  if (graph) unsorted = at::cat(outputs).index_select(0, at::argsort(order));
+  // Summed over the choices in one reduction (float32 accumulation for bfloat16, the
+  // same order on every device), as transformers sums them.
   return unsorted.view({tokens.size(0), k, tokens.size(1)}).sum(1).to(x.scalar_type()).view(x.sizes());
 }
 
