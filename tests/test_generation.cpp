@@ -1,8 +1,10 @@
 // Generation with the KV cache against the full forward without a cache (the
 // step-by-step argmax), sampling controls, stop tokens, stop strings and per-row seeds.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <set>
+#include <tuple>
 #include "catch_with_torch.h"
 
 #include "areal/model/hf_weights.h"
@@ -433,5 +435,43 @@ TEST_CASE("generation: a mixture of experts' recorded experts are the full forwa
     std::vector<at::Generator> again;
     for (int64_t r = 0; r < 3; ++r) again.push_back(answer_generator(3, 0, r, 0));
     CHECK(generate(*model, prompts(), p, again)[0].experts.empty());
+  }
+}
+
+// A process samples many rows of a wide vocabulary in chunks of rows (sample_next keeps
+// each chunk's work in the cache): every row's token and log-prob are those of the row
+// sampled on its own with its generator, for plain, top-k, top-p and greedy sampling,
+// with a row held back from its stop ids.
+TEST_CASE("sampling: rows of a wide vocabulary in chunks give each row's own draw", "[rl][generation]") {
+  const int64_t rows = 20, vocab = 152064;  // Qwen2's vocabulary: 6 rows per chunk
+  const at::Tensor logits = at::randn({rows, vocab}, at::make_generator<at::CPUGeneratorImpl>(4)) * 3;
+  std::vector<bool> hold(rows, false);
+  hold[7] = true;
+  for (const auto& [top_k, top_p, greedy] : {std::tuple{int64_t{0}, 1.0, false}, {int64_t{50}, 1.0, false},
+                                             {int64_t{0}, 0.9, false}, {int64_t{0}, 1.0, true}}) {
+    INFO("top_k " << top_k << ", top_p " << top_p << (greedy ? ", greedy" : ""));
+    SamplingParams p;
+    p.greedy = greedy;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.temperature = 0.7;
+    p.stop_ids = {static_cast<int64_t>(logits[7].argmax().item<int64_t>())};  // row 7's likeliest, held back
+    auto generators = [&] {
+      std::vector<at::Generator> g;
+      for (int64_t r = 0; r < rows; ++r) g.push_back(answer_generator(9, 1, r, 0));
+      return g;
+    };
+    std::vector<at::Generator> together = generators(), alone = generators();
+    const NextTokens all = sample_next({logits, 0, vocab}, p, together, hold, nullptr);
+    REQUIRE(all.tokens.size() == static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      INFO("row " << r);
+      std::vector<at::Generator> one;
+      if (!greedy) one.push_back(alone[r]);
+      const NextTokens own = sample_next({logits.narrow(0, r, 1), 0, vocab}, p, one, {hold[r]}, nullptr);
+      CHECK(all.tokens[r] == own.tokens[0]);
+      CHECK(all.logprobs[r] == Approx(own.logprobs[0]).margin(1e-5));
+    }
+    CHECK(all.tokens[7] != p.stop_ids[0]);
   }
 }
