@@ -181,16 +181,17 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
   return out;
 }
 
+// `sum` += `value`, `sum` undefined until the first.
+void add_into(at::Tensor& sum, const at::Tensor& value) { sum = sum.defined() ? sum + value : value; }
+
 // A tallied sparse layer's agreement with the rollout's choices (call.recorded): the
 // tokens with a record, and those whose own top-k is the same set, into the record.
 void count_agreement(const UnitCall& call, const at::Tensor& chosen) {
   const at::Tensor recorded = call.recorded.to(chosen.device());
   const at::Tensor has = recorded.select(1, 0) >= 0;
   const at::Tensor same = (std::get<0>(recorded.sort(1)) == std::get<0>(chosen.sort(1))).all(1) & has;
-  ForwardRecord& r = *call.record;
-  const at::Tensor n = has.sum().to(at::kDouble), agree = same.sum().to(at::kDouble);
-  r.recorded_routes = r.recorded_routes.defined() ? r.recorded_routes + n : n;
-  r.agreeing_routes = r.agreeing_routes.defined() ? r.agreeing_routes + agree : agree;
+  add_into(call.record->recorded_routes, has.sum().to(at::kDouble));
+  add_into(call.record->agreeing_routes, same.sum().to(at::kDouble));
 }
 
 // Whether this use's layer has a router whose tally the forward keeps.
@@ -588,8 +589,8 @@ void FsdpEngine::finish_router_tallies(ForwardRecord& record) {
   s.aux_loss_sum = s.forwards == 0 ? aux : s.aux_loss_sum + aux;
   s.expert_tokens = s.forwards == 0 ? per_layer : s.expert_tokens + per_layer;
   if (record.recorded_routes.defined()) {
-    s.recorded_routes = s.recorded_routes.defined() ? s.recorded_routes + record.recorded_routes : record.recorded_routes;
-    s.agreeing_routes = s.agreeing_routes.defined() ? s.agreeing_routes + record.agreeing_routes : record.agreeing_routes;
+    add_into(s.recorded_routes, record.recorded_routes);
+    add_into(s.agreeing_routes, record.agreeing_routes);
   }
   ++s.forwards;
 }
