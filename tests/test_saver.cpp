@@ -64,12 +64,13 @@ TEST_CASE("saver: periodic saves go to one directory each, the newest keep_last 
 TEST_CASE("saver and recover: freq_secs saves after the first step that ends past the interval", "[binary][saver]") {
   const fs::path root = fs::temp_directory_path() / ("areal_saver_secs_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  // Step 3 sleeps 1.5 s (a test-only hook, util/crash_point.h); the others take
-  // milliseconds. With both intervals at 1 s, both saves happen after step 3 and only
+  // Step 3 sleeps 3 s (a test-only hook, util/crash_point.h); the others take
+  // milliseconds. With both intervals at 2 s, both saves happen after step 3 and only
   // then: the clocks restart at each save, and step 5, the last, is never followed by one.
-  Result r = sft("AREAL_TEST_SLEEP_AT=sft:step3 AREAL_TEST_SLEEP_SECONDS=1.5",
-                 "--train_dataset.batch_size 4 --total_train_steps 5 --saver.freq_secs 1 --recover.mode auto"
-                 " --recover.freq_secs 1", root);
+  // (2 s, not 1: on a loaded CI machine steps 4-5 with their saves once took over 1 s.)
+  Result r = sft("AREAL_TEST_SLEEP_AT=sft:step3 AREAL_TEST_SLEEP_SECONDS=3",
+                 "--train_dataset.batch_size 4 --total_train_steps 5 --saver.freq_secs 2 --recover.mode auto"
+                 " --recover.freq_secs 2", root);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const fs::path run_dir = root / "areal-train" / "trial0";
