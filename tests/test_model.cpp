@@ -2,6 +2,7 @@
 // tokens from tiny random Qwen2, Qwen3 and LLaMA checkpoints made by
 // tests/fixtures/make_fixtures.py, the KV cache, padding, the meta-device skeleton,
 // strict loading, and checkpoints that transformers loads back.
+#include <cmath>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include "catch_with_torch.h"
@@ -92,10 +93,19 @@ TEST_CASE("model: bfloat16 logits match transformers' bfloat16 run", "[model][pa
     const double scale = want.abs().max().item<double>();
     const double ours_vs_theirs = max_diff(logits, want), ours_vs_fp32 = max_diff(logits, fp32);
     const double theirs_vs_fp32 = max_diff(want, fp32);
+    const double ours_mean = (logits - fp32).abs().mean().item<double>();
+    const double theirs_mean = (want - fp32).abs().mean().item<double>();
+    // A max difference moves in whole bfloat16 steps of the largest logits: on another
+    // CPU transformers' own bf16 logits of Mixtral's fixture differ from the file's by
+    // one step (0.0034 of 0.89), so the max gets one step of slack and the mean (which a
+    // wrong cast moves as well, without the steps) the tight bound.
+    const double step = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(scale))) - 7);
     INFO("max |logit| " << scale << "; ours vs transformers' bf16 " << ours_vs_theirs << "; vs fp32: ours "
-                        << ours_vs_fp32 << ", transformers' " << theirs_vs_fp32);
+                        << ours_vs_fp32 << ", transformers' " << theirs_vs_fp32 << " (mean " << ours_mean << ", "
+                        << theirs_mean << ")");
     CHECK(ours_vs_theirs < scale / 64);
-    CHECK(ours_vs_fp32 < 1.5 * theirs_vs_fp32);
+    CHECK(ours_vs_fp32 < 1.5 * theirs_vs_fp32 + step);
+    CHECK(ours_mean < 1.25 * theirs_mean);
   }
 }
 
