@@ -18,6 +18,7 @@
 #include "areal/job/async_rl.h"
 #include "areal/job/job_inputs.h"
 #include "areal/job/preview.h"
+#include "areal/rl/eval_job.h"
 #include "areal/rl/rl_trainer.h"
 #include "areal/sft/sft_trainer.h"
 #include "areal/util/error.h"
@@ -94,6 +95,7 @@ int run_job(const areal::Config& cfg) {
       areal::Trainer trainer = areal::start_trainer(cfg, me, comm);
       if (inputs.sft) areal::run_sft(cfg, *inputs.sft, me, comm, *trainer.policy);
       if (inputs.rl) areal::run_rl(cfg, *inputs.rl, me, comm, *trainer.policy);
+      if (inputs.eval) areal::run_eval(cfg, *inputs.eval, me, comm, *trainer.policy);
     }
   }
   areal::finalize();

@@ -36,6 +36,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
                             << R"({"question": "2+2=", "answer": "4"})" "\n"
                             << R"({"question": "3+3=", "answer": "6"})" "\n";
   const std::string rl = " --config configs/ci_smoke.yaml cluster.fileroot=" + root.string() + " ";
+  const std::string eval = rl + "--job eval ";
+  const fs::path no_answers = root / "no_answers.jsonl";
+  std::ofstream(no_answers) << R"({"question": "1+1=", "answer": "2"})" "\n" << R"({"question": "2+2=", "answer": ""})" "\n";
   // The smoke model with a config.json edit: a mixture-of-experts family not supported.
   using Edits = std::vector<std::pair<std::string, std::string>>;
   auto edited_model = [&](const std::string& name, const Edits& edits) {
@@ -55,6 +58,12 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
       {"batch vs world size", rl + "train_dataset.batch_size=3",
        "'train_dataset.batch_size' = 3 must be a multiple of the training ranks (2)"},
       {"reward function", rl + "reward_fn=f1", "reward_fn"},
+      {"eval: k < 1", eval + "gconfig.n_samples=0 actor.group_size=1", "option 'gconfig.n_samples': '0' is out of range (must be >= 1)"},
+      {"eval: no dataset", eval + "valid_dataset.path=", "'valid_dataset.path' is required for job=eval"},
+      {"eval: a prompt without an answer", eval + "valid_dataset.path=" + no_answers.string(),
+       "row 1 of " + no_answers.string() + " has no 'answer' for reward_fn 'math'"},
+      {"eval: a reward that cannot run", eval + "'reward_fn=command:no_such_reward_program --x'",
+       "no_such_reward_program"},
       {"reward command not found", rl + "'reward_fn=command:no_such_reward_program --x'", "no_such_reward_program"},
       {"reward command that exits at once", rl + "'reward_fn=command:sh -c \"exit 7\"'", "exited with status 7"},
       {"tokenizer path", rl + "tokenizer_path=/no/such/tokenizer.json", "/no/such/tokenizer.json"},

@@ -19,9 +19,8 @@ std::string run_dir(const Config& cfg) {
 
 std::string write_run_file(const Config& cfg, const std::string& name, const std::string& text) {
   namespace fs = std::filesystem;
-  const fs::path dir = run_dir(cfg);
-  fs::create_directories(dir);
-  const fs::path path = dir / name;
+  const fs::path path = fs::path(run_dir(cfg)) / name;
+  fs::create_directories(path.parent_path());  // `name` may hold a folder (eval/summary.json)
   const fs::path temp = path.string() + cat(".tmp-", ::getpid());
   {
     std::ofstream out(temp);

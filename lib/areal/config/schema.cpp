@@ -157,8 +157,11 @@ std::vector<OptionSpec> declare_options() {
                       "`sft` (init, then supervised fine-tuning on train_dataset.path with the byte-level "
                       "tokenizer), `rl` (init, then the GRPO/PPO loop on the prompts of train_dataset.path), "
                       "`preview` (prints the first preview_prompts prompts of train_dataset.path as the rollout "
-                      "feeds them: chat template applied, text and token ids; no model is loaded).")
-          .choices({"init", "sft", "rl", "preview"}),
+                      "feeds them: chat template applied, text and token ids; no model is loaded), "
+                      "`eval` (init, then gconfig.n_samples sampled answers to every prompt of valid_dataset.path, "
+                      "scored by reward_fn or env: pass@k, maj@k and per-prompt results under the run directory's "
+                      "eval/, docs/evaluation.md).")
+          .choices({"init", "sft", "rl", "preview", "eval"}),
       OPTION(experiment_name).doc("Name of the experiment; used in output paths."),
       OPTION(trial_name).doc("Name of this trial of the experiment; used in output paths."),
       OPTION(model_path).doc("Hugging Face checkpoint directory (config.json + safetensors) to start from. "
@@ -415,7 +418,7 @@ std::vector<OptionSpec> declare_options() {
           .doc("Asynchronous RL: finished groups waiting for the trainer, at most; generation holds back new "
                "prompts while the queue is full. 0: no bound but max_head_offpolicyness's.")
           .at_least(0),
-      OPTION(gconfig.n_samples).doc("Answers sampled per prompt.").at_least(1),
+      OPTION(gconfig.n_samples).doc("Answers sampled per prompt (job=eval: the k of pass@k and maj@k).").at_least(1),
       OPTION(gconfig.max_new_tokens).doc("Most tokens generated per answer.").at_least(1),
       OPTION(gconfig.min_new_tokens).doc("Fewest tokens generated before a stop token may end an answer.")
           .at_least(0),

@@ -115,6 +115,8 @@ void validate_config(const Config& cfg) {
       throw ConfigError(cat("option 'actor.group_size' = ", cfg.actor.group_size, " must equal 'gconfig.n_samples' = ",
                             cfg.gconfig.n_samples, " for a group level of actor.adv_norm: the answers to one prompt "
                             "form one group"));
+  }
+  if (cfg.job == "rl" || cfg.job == "eval") {  // the jobs that generate
     for (const std::string& stop : cfg.gconfig.stop)
       if (stop.empty())
         throw ConfigError("option 'gconfig.stop': an empty stop string would end every answer at its first token");
@@ -138,13 +140,18 @@ void validate_config(const Config& cfg) {
     throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
   if (cfg.job == "rl" && cfg.valid_dataset.type == "sft")
     throw ConfigError("option 'valid_dataset.type' = sft is for job=sft; job=rl evaluates on prompts (type rl)");
-  if (cfg.job == "rl" || cfg.job == "sft" || cfg.job == "preview") {
+  if (cfg.job == "rl" || cfg.job == "sft" || cfg.job == "preview" || cfg.job == "eval") {
     check_not_hub_id("train_dataset.path", cfg.train_dataset.path, " --repo-type dataset");
     check_not_hub_id("valid_dataset.path", cfg.valid_dataset.path, " --repo-type dataset");
     check_not_hub_id("tokenizer_path", cfg.tokenizer_path, "");
   }
   if (cfg.job == "preview" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=preview (the prompts to show)");
+  if (cfg.job == "eval" && cfg.valid_dataset.path.empty())
+    throw ConfigError("option 'valid_dataset.path' is required for job=eval (the prompts and answers to evaluate on: "
+                      "a JSONL file, a Hugging Face dataset folder or builtin:arithmetic/test)");
+  if (cfg.job == "eval" && cfg.valid_dataset.type == "sft")
+    throw ConfigError("option 'valid_dataset.type' = sft is for job=sft; job=eval samples answers to prompts (type rl)");
   if (cfg.job == "sft" && cfg.train_dataset.path.empty())
     throw ConfigError("option 'train_dataset.path' is required for job=sft (a JSONL file of {\"text\": ...} rows)");
 

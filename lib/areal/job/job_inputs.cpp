@@ -71,7 +71,8 @@ void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& 
   int64_t context = cfg.gconfig.max_tokens;
   if (model.max_position_embeddings > 0 && model.rope_scaling.type != "dynamic")
     context = std::min(context, model.max_position_embeddings);
-  const int64_t longest = std::max(longest_prompt(*in.train), in.valid ? longest_prompt(*in.valid) : 0);
+  const int64_t longest =
+      std::max(in.train ? longest_prompt(*in.train) : 0, in.valid ? longest_prompt(*in.valid) : 0);
   if (longest + 2 > context)
     throw ConfigError(cat("the longest prompt (", longest, " tokens) leaves no room for an episode in ", context,
                           " tokens (gconfig.max_tokens, at most the model's max_position_embeddings)"));
@@ -85,8 +86,9 @@ void prepare_episodes(const Config& cfg, const RankInfo& me, const ModelConfig& 
   if (generates && me.rank % t == 0) in.env = make_environment(cfg.env, *in.reward, cfg.env_workers, cfg.env_timeout);
 }
 
-RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
-  const ActorConfig& actor = cfg.actor;
+// What every job that generates reads: the tokenizer, the template, the sampling
+// (gconfig, its stop strings) and, on the ranks that score (`generates`), the reward.
+RlInputs generation_inputs(const Config& cfg, const ModelConfig& model, bool generates) {
   RlInputs in;
   in.tokenizer = model_tokenizer(cfg, model);
   in.tmpl = chat_template_for(cfg, *in.tokenizer);
@@ -94,7 +96,6 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   stop_ids.insert(stop_ids.end(), in.tmpl.stop_ids.begin(), in.tmpl.stop_ids.end());
   in.sampling = sampling_params(cfg.gconfig, stop_ids, in.tokenizer->pad_id());
   in.sampling.max_rows = cfg.rollout.max_running_requests;
-  in.sampling.record_experts = model.num_experts > 0;  // moe_route_agreement, actor.router_replay
   in.episodic = cfg.agent_run_args.max_turns > 1 || !cfg.env.empty();
   if (!cfg.gconfig.stop.empty()) {  // the tokenizer lives in `in` as long as the sampling does
     auto stops = std::make_shared<StopStrings>(cfg.gconfig.stop, *in.tokenizer);
@@ -102,26 +103,63 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
       return stops->completed_by_last_token(answer, turn_start);
     };
   }
+  if (generates) in.reward = std::make_unique<Rewarder>(cfg.reward_fn, cfg.reward_workers, cfg.reward_timeout);
+  return in;
+}
+
+// Only a command (reward_fn or env) sees a row's other fields: otherwise they are not kept.
+bool keeps_rows(const Config& cfg) { return starts_with(cfg.reward_fn, "command:") || starts_with(cfg.env, "command:"); }
+
+std::unique_ptr<PromptDataset> load_valid(const Config& cfg, const RlInputs& in) {
+  const DatasetConfig& vd = cfg.valid_dataset;
+  return loaded_for("valid_dataset.path", [&] {
+    return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl,
+                                           split_of(vd, "test"), keeps_rows(cfg));
+  });
+}
+
+// A prompt and its answer must fit the model's max_position_embeddings (rotary
+// positions past it were never trained; nothing would say so).
+void check_positions(const ModelConfig& model, const RlInputs& in, const PromptDataset& data, const std::string& option) {
+  const int64_t longest = longest_prompt(data), needed = longest + in.sampling.max_new_tokens;
+  // Dynamic NTK rope is made to reach past it.
+  if (model.max_position_embeddings > 0 && needed > model.max_position_embeddings &&
+      model.rope_scaling.type != "dynamic")
+    throw ConfigError(cat("the longest prompt of ", option, " (", longest, " tokens) plus gconfig.max_new_tokens (",
+                          in.sampling.max_new_tokens, ") is ", needed, " positions, more than the model's ",
+                          "max_position_embeddings (", model.max_position_embeddings,
+                          "): lower gconfig.max_new_tokens or set ", option.substr(0, option.find('.')),
+                          ".max_length"));
+}
+
+// The rollout's memory for `rows` answers at once to the prompts of `data`: a bound for
+// every step, known now. An episode's row holds its prompt and every turn, up to
+// gconfig.max_tokens.
+void check_generation_memory(const Config& cfg, const RankInfo& me, const ModelConfig& model, const RlInputs& in,
+                             const PromptDataset& data, int64_t rows, int64_t t) {
+  const int64_t longest = longest_prompt(data);
+  const int64_t answer_room = in.episodic ? in.sampling.max_tokens - longest : in.sampling.max_new_tokens;
+  // At most rollout.max_running_requests answers at once.
+  const int64_t at_once = in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows;
+  check_rollout_memory(model, model.num_parameters(), dtype_from_name(cfg.actor.dtype), at_once, longest, answer_room,
+                       t, at::Device(me.device));
+}
+
+RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
+  const ActorConfig& actor = cfg.actor;
   const Allocation allocation = allocation_for_world(cfg, me.world_size);
   // Trainers of asynchronous RL score nothing (the generation ranks do): no workers.
   const bool generates = !allocation.separate || !allocation.trains(me.rank);
-  if (generates) in.reward = std::make_unique<Rewarder>(cfg.reward_fn, cfg.reward_workers, cfg.reward_timeout);
+  RlInputs in = generation_inputs(cfg, model, generates);
+  in.sampling.record_experts = model.num_experts > 0;  // moe_route_agreement, actor.router_replay
 
-  // Only a command (reward_fn or env) sees a row's other fields: otherwise they are not kept.
-  const bool keep_rows = starts_with(cfg.reward_fn, "command:") || starts_with(cfg.env, "command:");
   const DatasetConfig& td = cfg.train_dataset;
   in.train = loaded_for("train_dataset.path", [&] {
     return std::make_unique<PromptDataset>(td.path, td.prompt_key, td.answer_key, td.max_length, *in.tokenizer, in.tmpl,
-                                           split_of(td, "train"), keep_rows);
+                                           split_of(td, "train"), keeps_rows(cfg));
   });
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
-  if (!cfg.valid_dataset.path.empty()) {
-    const DatasetConfig& vd = cfg.valid_dataset;
-    in.valid = loaded_for("valid_dataset.path", [&] {
-      return std::make_unique<PromptDataset>(vd.path, vd.prompt_key, vd.answer_key, vd.max_length, *in.tokenizer, in.tmpl,
-                                             split_of(vd, "test"), keep_rows);
-    });
-  }
+  if (!cfg.valid_dataset.path.empty()) in.valid = load_valid(cfg, in);
 
   const int trainers = allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size;
   check_batch_size(cfg, trainers, "trains on");
@@ -143,21 +181,8 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
                               ? "a step (batch_size / world_size * n_samples)"
                               : "the last, partial batch of an epoch (set train_dataset.drop_last true to drop it)"));
 
-  // Positions: a prompt and its answer must fit the model's max_position_embeddings
-  // (rotary positions past it were never trained; nothing would say so).
-  auto check_positions = [&](const PromptDataset& data, const std::string& option) {
-    const int64_t longest = longest_prompt(data), needed = longest + in.sampling.max_new_tokens;
-    // Dynamic NTK rope is made to reach past it.
-    if (model.max_position_embeddings > 0 && needed > model.max_position_embeddings &&
-        model.rope_scaling.type != "dynamic")
-      throw ConfigError(cat("the longest prompt of ", option, " (", longest, " tokens) plus gconfig.max_new_tokens (",
-                            in.sampling.max_new_tokens, ") is ", needed, " positions, more than the model's ",
-                            "max_position_embeddings (", model.max_position_embeddings,
-                            "): lower gconfig.max_new_tokens or set ", option.substr(0, option.find('.')),
-                            ".max_length"));
-  };
-  check_positions(*in.train, "train_dataset.path");
-  if (in.valid) check_positions(*in.valid, "valid_dataset.path");
+  check_positions(model, in, *in.train, "train_dataset.path");
+  if (in.valid) check_positions(model, in, *in.valid, "valid_dataset.path");
 
   // Tensor-parallel generation splits the heads and the MLP evenly.
   const int64_t t = allocation.tensor_parallel();
@@ -165,27 +190,41 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
 
   if (in.episodic) prepare_episodes(cfg, me, model, t, generates, in);
 
-  // Memory for the rollout (and the evaluation) with the longest prompt of the data: a
-  // bound for every step, known now. A generation group generates its t ranks' answers together.
-  // An episode's row holds its prompt and every turn, up to gconfig.max_tokens.
-  auto answer_room = [&](int64_t longest) { return in.episodic ? in.sampling.max_tokens - longest : in.sampling.max_new_tokens; };
-  const at::Device device(me.device);
-  const at::ScalarType dtype = dtype_from_name(actor.dtype);
-  // At most rollout.max_running_requests answers at once.
-  auto at_once = [&](int64_t rows) { return in.sampling.max_rows > 0 ? std::min(rows, in.sampling.max_rows) : rows; };
   // Colocated: every rank generates its share of a step; separate: a replica generates
   // rollout.max_concurrent_rollouts / D groups at once, and the trainers generate nothing.
+  // A generation group generates its t ranks' answers together.
   const int64_t per_rank = (td.batch_size + me.world_size - 1) / me.world_size * cfg.gconfig.n_samples;
   const RolloutConfig& rc = cfg.rollout;
   const int64_t per_replica =
       ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : td.batch_size) + allocation.rollout.data - 1) /
       allocation.rollout.data * cfg.gconfig.n_samples;
-  if (generates)
-    check_rollout_memory(model, model.num_parameters(), dtype, at_once(allocation.separate ? per_replica : t * per_rank),
-                         longest_prompt(*in.train), answer_room(longest_prompt(*in.train)), t, device);
-  if (in.valid && generates)
-    check_rollout_memory(model, model.num_parameters(), dtype, at_once(cfg.valid_dataset.batch_size),
-                         longest_prompt(*in.valid), answer_room(longest_prompt(*in.valid)), t, device);
+  if (generates) {
+    check_generation_memory(cfg, me, model, in, *in.train, allocation.separate ? per_replica : t * per_rank, t);
+    if (in.valid) check_generation_memory(cfg, me, model, in, *in.valid, cfg.valid_dataset.batch_size, t);
+  }
+  return in;
+}
+
+// job=eval: the generation inputs and valid_dataset, every prompt with a reference for
+// a built-in reward to compare against.
+RlInputs prepare_eval(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
+  RlInputs in = generation_inputs(cfg, model, true);
+  in.valid = load_valid(cfg, in);
+  const PromptDataset& data = *in.valid;
+  if (data.size() == 0)
+    throw ConfigError(cat("option 'valid_dataset.path': ", cfg.valid_dataset.path, " has no prompt to evaluate on"));
+  if (!starts_with(cfg.reward_fn, "command:") && !in.episodic)  // a command may read any field of the row
+    for (size_t i = 0; i < data.size(); ++i)
+      if (trim(data.shared(i)->example.answer).empty())
+        throw ConfigError(cat("option 'valid_dataset.path': row ", i, " of ", cfg.valid_dataset.path, " has no '",
+                              cfg.valid_dataset.answer_key, "' for reward_fn '", cfg.reward_fn,
+                              "' to compare against (valid_dataset.answer_key names the field)"));
+  check_positions(model, in, data, "valid_dataset.path");
+  const int64_t t = allocation_for_world(cfg, me.world_size).tensor_parallel();
+  check_tensor_parallel(model, t);
+  if (in.episodic) prepare_episodes(cfg, me, model, t, true, in);
+  // A group generates its t ranks' chunks of valid_dataset.batch_size prompts together.
+  check_generation_memory(cfg, me, model, in, data, t * cfg.valid_dataset.batch_size * cfg.gconfig.n_samples, t);
   return in;
 }
 
@@ -243,6 +282,7 @@ JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& 
   JobInputs inputs;
   if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
   if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);
+  if (cfg.job == "eval") inputs.eval = prepare_eval(cfg, me, model);
   if (cfg.job == "rl" || cfg.job == "sft") find_resume_point(cfg);  // its errors, before the load
   return inputs;
 }

@@ -21,6 +21,7 @@ namespace areal {
 struct JobInputs {
   std::optional<RlInputs> rl;    // job=rl
   std::optional<SftInputs> sft;  // job=sft
+  std::optional<RlInputs> eval;  // job=eval: no train set; valid_dataset is what it evaluates
 };
 
 // The model's tokenizer (tokenizer_path, else model_path's tokenizer.json, else the

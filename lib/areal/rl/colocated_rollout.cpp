@@ -19,14 +19,6 @@
 namespace areal {
 namespace {
 
-// Rank `member` takes items member, member + world_size, ... of `n`; a generation group
-// generates its members' items together, in member order.
-std::vector<size_t> items_of(int member, int world_size, size_t n) {
-  std::vector<size_t> items;
-  for (size_t i = static_cast<size_t>(member); i < n; i += static_cast<size_t>(world_size)) items.push_back(i);
-  return items;
-}
-
 class ColocatedRollout : public RolloutSource {
  public:
   ColocatedRollout(const Config& cfg, const RlInputs& in, const RankInfo& me, Communicator& comm, Policy& policy)
@@ -187,11 +179,7 @@ double ColocatedRollout::evaluate(const char* when) {
   RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device));
   std::vector<size_t> items;  // the group's
   std::vector<bool> mine;     // scored here: each answer is counted by the rank it belongs to
-  for (int member = group_first_; member < group_first_ + group_size_; ++member)
-    for (size_t i : items_of(member, me_.world_size, data.size())) {
-      items.push_back(i);
-      mine.push_back(member == me_.rank);
-    }
+  group_items(group_first_, group_size_, me_.rank, me_.world_size, data.size(), items, mine);
   const EvalCounts counts = greedy_eval(slices, data, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
                                         cfg_.valid_dataset.batch_size, episodes_ ? &*episodes_ : nullptr);
   at::Tensor totals = at::tensor({counts.correct, counts.scored, counts.tool_calls}, at::kDouble);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# --job eval end to end (docs/evaluation.md), on the demo's warm-up checkpoint
+# (AREAL_DEMO_CHECKPOINT) and the built-in base model it started from, under mpirun -np 2:
+#   - 8 sampled answers to each of the 500 held-out sums, at t = 1 (two generation
+#     groups) and t = 2 (one group of two ranks): the same per-prompt results;
+#   - pass@k and maj@k recomputed from results.jsonl in Python (math.comb, a Counter
+#     over the answers, the reference compared by hand) equal the summary's;
+#   - the checkpoint scores above the base model.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+cd "$AREAL_ROOT"
+CHECKPOINT="${AREAL_DEMO_CHECKPOINT:?the demo warm-up checkpoint (ctest fixture demo_checkpoint)}"
+ROOT="${AREAL_EVAL_ROOT:-/tmp/areal_eval_job}"
+rm -rf "$ROOT"
+run_eval() {  # trial, then options
+  local trial=$1; shift
+  "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml --job eval cluster.fileroot="$ROOT" \
+    trial_name="$trial" gconfig.n_samples=8 gconfig.temperature=1.0 valid_dataset.batch_size=125 "$@"
+}
+run_eval t1 --model_path "$CHECKPOINT"
+run_eval t2 --model_path "$CHECKPOINT" rollout.backend=sglang:d1t2 actor.backend=fsdp:d2
+run_eval base --init_from_scratch true --fsdp.memory_efficient_load false
+"$AREAL_PYTHON_BIN" - "$ROOT/demo" <<'PY'
+import collections, json, math, sys
+
+SPACE = " \t\r\n"  # what the trainer trims (not Python's every Unicode space)
+
+def load(trial):
+    d = f"{sys.argv[1]}/{trial}/eval"
+    rows = [json.loads(line) for line in open(f"{d}/results.jsonl")]
+    return rows, json.load(open(f"{d}/summary.json"))
+
+def check(trial):
+    rows, summary = load(trial)
+    n = summary["n_samples"]
+    assert len(rows) == summary["prompts"] == 500, (len(rows), summary["prompts"])
+    assert [r["index"] for r in rows] == list(range(500)), trial
+    ks = sorted({1, n} | {2 ** i for i in range(8) if 2 ** i < n})
+    for k in ks:
+        # Chen et al. 2021: 1 - C(n - c, k) / C(n, k), per prompt, averaged.
+        ref = sum(1 - math.comb(n - r["correct"], k) / math.comb(n, k) for r in rows) / len(rows)
+        assert abs(summary[f"pass@{k}"] - ref) < 1e-9, (trial, k, summary[f"pass@{k}"], ref)
+    maj = 0
+    for r in rows:
+        answers = [s["text"].strip(SPACE) for s in r["samples"]]  # what exact_match compares
+        assert [s["answer"] for s in r["samples"]] == answers, (trial, r["index"], r["samples"])
+        # exact_match by hand: the reward is 1 exactly when the answer is the reference.
+        assert [s["reward"] for s in r["samples"]] == [float(a == r["reference"].strip(SPACE)) for a in answers], (trial, r)
+        assert r["correct"] == sum(a == r["reference"].strip(SPACE) for a in answers), (trial, r)
+        counts = collections.Counter(a for a in answers if a)
+        if counts:
+            top = max(counts.values())
+            winner = next(a for a in answers if a and counts[a] == top)  # ties: the first seen
+            maj += winner == r["reference"].strip(SPACE)
+    assert abs(summary[f"maj@{n}"] - maj / len(rows)) < 1e-12, (summary[f"maj@{n}"], maj / len(rows))
+    print(f"eval_job: {trial}: " + ", ".join(f"{k} {100 * summary[k]:.1f}%" for k in summary if k.startswith(("pass@", "maj@"))))
+    return rows, summary
+
+t1, s1 = check("t1")
+t2, s2 = check("t2")
+same = sum(a["samples"] == b["samples"] for a, b in zip(t1, t2))
+assert same == len(t1), f"t = 1 and t = 2 differ on {len(t1) - same} of {len(t1)} prompts"
+_, base = check("base")
+assert s1["pass@1"] > base["pass@1"] + 0.2, (s1["pass@1"], base["pass@1"])
+print(f"eval_job: OK (t = 1 and t = 2: the same {len(t1)} prompts' samples; "
+      f"pass@1 of the warm-up {100 * s1['pass@1']:.1f}% vs the base model {100 * base['pass@1']:.1f}%)")
+PY
