@@ -4,8 +4,9 @@
 
 Top: the training reward mean (and, for episodes with a tool, the tool calls per
 episode) per step.
-Bottom: the held-out greedy accuracy at each evaluation. Prints the held-out
-accuracy before and after, one line each, for scripts to read.
+Bottom: the held-out greedy accuracy at each evaluation, and with evaluator.n_samples
+the sampled pass@1 and maj@n (docs/evaluation.md). Prints the held-out accuracy before
+and after, one line each, for scripts to read.
 """
 import argparse
 import json
@@ -36,8 +37,11 @@ def main():
         top.grid(alpha=0.3)
         top.legend(loc="lower right")
     if evals:
-        bottom.plot([r["step"] for r in evals], [100 * r["eval_accuracy"] for r in evals], "o-",
-                    label="held-out greedy accuracy")
+        eval_steps = [r["step"] for r in evals]
+        bottom.plot(eval_steps, [100 * r["eval_accuracy"] for r in evals], "o-", label="held-out greedy accuracy")
+        sampled = [k for k in evals[0] if k == "eval_pass@1" or k.startswith("eval_maj@")]
+        for key in sampled:  # evaluator.n_samples: every evaluation logs them
+            bottom.plot(eval_steps, [100 * r[key] for r in evals], "s--", lw=0.8, label=key[len("eval_"):])
         bottom.set_ylabel("accuracy (%)")
         bottom.set_ylim(0, 100)
         bottom.grid(alpha=0.3)
@@ -49,6 +53,9 @@ def main():
     if evals:
         print(f"held-out greedy accuracy before: {100 * evals[0]['eval_accuracy']:.1f}%")
         print(f"held-out greedy accuracy after: {100 * evals[-1]['eval_accuracy']:.1f}%")
+        for key in [k for k in evals[0] if k.startswith(("eval_pass@", "eval_maj@"))]:
+            print(f"held-out {key[len('eval_'):]} before -> after: {100 * evals[0][key]:.1f}% -> "
+                  f"{100 * evals[-1][key]:.1f}%")
     if train and "tool_calls_mean" in train[0]:
         print(f"tool calls per episode (sampled): {train[0]['tool_calls_mean']:.2f} at step 1, "
               f"{train[-1]['tool_calls_mean']:.2f} at step {train[-1]['step']}")

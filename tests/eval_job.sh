@@ -5,7 +5,10 @@
 #     groups) and t = 2 (one group of two ranks): the same per-prompt results;
 #   - pass@k and maj@k recomputed from results.jsonl in Python (math.comb, a Counter
 #     over the answers, the reference compared by hand) equal the summary's;
-#   - the checkpoint scores above the base model.
+#   - the checkpoint scores above the base model;
+#   - one GRPO step from the checkpoint with evaluator.n_samples = 8: the eval_pass@k and
+#     eval_maj@8 it logs before the step equal --job eval's on the checkpoint, and those
+#     after it equal --job eval's on the checkpoint the RL run saved.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 cd "$AREAL_ROOT"
@@ -20,6 +23,9 @@ run_eval() {  # trial, then options
 run_eval t1 --model_path "$CHECKPOINT"
 run_eval t2 --model_path "$CHECKPOINT" rollout.backend=sglang:d1t2 actor.backend=fsdp:d2
 run_eval base --init_from_scratch true --fsdp.memory_efficient_load false
+"${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml cluster.fileroot="$ROOT" trial_name=rl \
+  --model_path "$CHECKPOINT" total_train_steps=1 evaluator.n_samples=8 valid_dataset.batch_size=125
+run_eval rl_after --model_path "$ROOT/demo/rl/checkpoint"
 "$AREAL_PYTHON_BIN" - "$ROOT/demo" <<'PY'
 import collections, json, math, sys
 
@@ -62,6 +68,13 @@ same = sum(a["samples"] == b["samples"] for a, b in zip(t1, t2))
 assert same == len(t1), f"t = 1 and t = 2 differ on {len(t1) - same} of {len(t1)} prompts"
 _, base = check("base")
 assert s1["pass@1"] > base["pass@1"] + 0.2, (s1["pass@1"], base["pass@1"])
+_, after = check("rl_after")
+logged = [r for r in map(json.loads, open(f"{sys.argv[1]}/rl/stats.jsonl")) if "eval_pass@1" in r]
+assert [r["step"] for r in logged] == [0, 1], [r["step"] for r in logged]
+for row, summary in zip(logged, (s1, after)):  # the same samples: the same figures (float32)
+    for key in [k for k in summary if k.startswith(("pass@", "maj@"))]:
+        assert abs(row[f"eval_{key}"] - summary[key]) < 1e-12, (row["step"], key, row[f"eval_{key}"], summary[key])
 print(f"eval_job: OK (t = 1 and t = 2: the same {len(t1)} prompts' samples; "
-      f"pass@1 of the warm-up {100 * s1['pass@1']:.1f}% vs the base model {100 * base['pass@1']:.1f}%)")
+      f"pass@1 of the warm-up {100 * s1['pass@1']:.1f}% vs the base model {100 * base['pass@1']:.1f}%; "
+      f"--job rl logs --job eval's figures, pass@1 {100 * s1['pass@1']:.1f}% -> {100 * after['pass@1']:.1f}% after a step)")
 PY

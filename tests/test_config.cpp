@@ -292,6 +292,12 @@ TEST_CASE("validation refuses contradictory or impossible configs", "[config][va
     cfg.gconfig.stop = {"</calc>", ""};
     CHECK_THAT(error_of([&] { validate_config(cfg); }), Contains("'gconfig.stop': an empty stop string"));
   }
+  SECTION("sampled evaluation (evaluator.n_samples) is job=rl's; job=sft is refused") {
+    cfg.job = "sft";
+    cfg.evaluator.n_samples = 4;
+    CHECK_THAT(error_of([&] { validate_config(cfg); }),
+               Contains("option 'evaluator.n_samples' = 4 samples answers in job=rl") && Contains("--job eval"));
+  }
 }
 
 TEST_CASE("gconfig.stop: stop strings from YAML and the command line, null as none", "[config]") {

@@ -93,6 +93,8 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
       {"async: a partial last batch", rl + "rollout.backend=areal:d1t1 actor.backend=fsdp:d1 train_dataset.drop_last=false "
                                            "train_dataset.path=" + three_rows.string() + " train_dataset.batch_size=2",
        "cannot number; set it true"},
+      {"async: sampled evaluation", rl + "rollout.backend=areal:d1t1 actor.backend=fsdp:d1 evaluator.n_samples=4",
+       "option 'evaluator.n_samples' = 4: sampled evaluation is built for colocated RL only"},
       {"sft batch vs world size", sft + "--train_dataset.batch_size 5", "must be a multiple of the training ranks (2)"},
       {"an episode without room (gconfig.max_tokens)", rl + "agent_run_args.max_turns=2 gconfig.max_tokens=3",
        "leaves no room for an episode in 3 tokens"},

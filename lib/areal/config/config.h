@@ -162,6 +162,7 @@ struct EvaluatorConfig {
   int64_t freq_epochs = 0;  // 0: none; evaluations come before the first and after the last step
   int64_t freq_steps = 0;
   int64_t freq_secs = 0;
+  int64_t n_samples = 0;  // areal-train's: sampled answers per prompt for pass@k / maj@k (0: greedy only)
 };
 
 struct SaverConfig {

@@ -480,6 +480,10 @@ std::vector<OptionSpec> declare_options() {
                                       "evaluation (checked after each step; 0: never).").at_least(0),
       OPTION(evaluator.freq_steps).doc("Evaluate on valid_dataset every N steps, besides before the first and "
                                        "after the last step (0: only those two).").at_least(0),
+      OPTION(evaluator.n_samples).doc("areal-train's: besides the greedy accuracy, sample N answers to every "
+                                      "held-out prompt (gconfig's temperature, top_p, top_k) and log eval_pass@k "
+                                      "and eval_maj@N, as --job eval computes them (0: greedy accuracy only; "
+                                      "colocated RL only).").at_least(0),
 
       // ---- checkpoints, recovery, stats ----
       OPTION(saver.merge_lora).doc("With LoRA, also save the weights with the adapters merged in "

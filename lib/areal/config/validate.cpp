@@ -136,6 +136,9 @@ void validate_config(const Config& cfg) {
                           " must equal 'train_dataset.batch_size' = ", cfg.train_dataset.batch_size,
                           ": a training step takes one batch of groups from the queue (0 or ${train_dataset.batch_size} "
                           "says so)"));
+  if (cfg.job == "sft" && cfg.evaluator.n_samples > 0)
+    throw ConfigError(cat("option 'evaluator.n_samples' = ", cfg.evaluator.n_samples, " samples answers in job=rl; "
+                          "job=sft evaluates the held-out loss (pass@k of an SFT checkpoint: --job eval)"));
   if (cfg.job == "rl" && cfg.train_dataset.type == "sft")
     throw ConfigError("option 'train_dataset.type' = sft is for job=sft; job=rl trains on prompts (type rl)");
   if (cfg.job == "rl" && cfg.valid_dataset.type == "sft")

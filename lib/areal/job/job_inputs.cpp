@@ -276,9 +276,14 @@ PromptTemplate chat_template_for(const Config& cfg, const Tokenizer& tokenizer) 
 JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& model) {
   check_policy_options(cfg);
   check_policy_model(cfg, model);
-  if (allocation_for_world(cfg, me.world_size).separate && cfg.job != "rl")
+  const bool separate = allocation_for_world(cfg, me.world_size).separate;
+  if (separate && cfg.job != "rl")
     throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' give separate generation ranks, which only "
                           "job=rl uses (asynchronous RL); job=", cfg.job, " needs shapes that cover every rank"));
+  if (separate && cfg.evaluator.n_samples > 0)
+    throw ConfigError(cat("option 'evaluator.n_samples' = ", cfg.evaluator.n_samples, ": sampled evaluation is "
+                          "built for colocated RL only; with separate generation ranks the held-out score is the "
+                          "greedy accuracy (set evaluator.n_samples 0, or run --job eval on a saved checkpoint)"));
   JobInputs inputs;
   if (cfg.job == "rl") inputs.rl = prepare_rl(cfg, me, model);
   if (cfg.job == "sft") inputs.sft = prepare_sft(cfg, me, model);

@@ -42,15 +42,16 @@ class AsyncRollout : public RolloutSource {
     return seconds_since(start);
   }
 
-  std::optional<double> evaluate_after_step(int64_t, bool) override {
+  std::optional<Stats> evaluate_after_step(int64_t, bool) override {
     take_scores(-1);
     return std::nullopt;
   }
-  double evaluate_before() override { return -1; }  // generation replica 0 sends it
-  double evaluate_at_end(int64_t steps_done) override {
+  Stats evaluate_before() override { return {}; }  // generation replica 0 sends it
+  Stats evaluate_at_end(int64_t steps_done) override {
     const double accuracy = take_scores(steps_done);
     inbox_.drain();
-    return accuracy;
+    if (accuracy < 0) return {};
+    return {{"eval_accuracy", accuracy}};
   }
   void add_stats(Stats& extra) const override {
     extra.push_back({"queue_groups_held", static_cast<double>(inbox_.held())});

@@ -38,8 +38,8 @@ class ColocatedRollout : public RolloutSource {
 
   StepRollout rollout(int64_t step, const std::vector<size_t>& batch) override;
 
-  double evaluate_before() override { return evaluate("before training"); }
-  std::optional<double> evaluate_after_step(int64_t steps_done, bool last) override {
+  Stats evaluate_before() override { return evaluate("before training"); }
+  std::optional<Stats> evaluate_after_step(int64_t steps_done, bool last) override {
     const EvaluatorConfig& e = cfg_.evaluator;  // the saver's rule (periodic_saves.h)
     if (!in_.valid || last ||
         !periodic_due(steps_done, in_.schedule.steps_per_epoch, e.freq_steps, e.freq_epochs, e.freq_secs, last_eval_,
@@ -47,7 +47,7 @@ class ColocatedRollout : public RolloutSource {
       return std::nullopt;
     return evaluate(cat("step ", steps_done).c_str());
   }
-  double evaluate_at_end(int64_t) override { return evaluate("after training"); }
+  Stats evaluate_at_end(int64_t) override { return evaluate("after training"); }
 
  private:
   // Generates the groups of `round_batch` (prompt indices) with the generation group,
@@ -58,9 +58,11 @@ class ColocatedRollout : public RolloutSource {
   // DAPO's refill: rounds until batch_size groups of all ranks carry a signal.
   void refill(RolloutModel& slices, int64_t step, const std::vector<size_t>& batch, std::vector<SharedPrompt>& prompts,
               std::vector<Generated>& answers, std::vector<double>& rewards, int64_t& failures, StepRollout& out);
-  // Greedy answers to every held-out prompt (each generation group its members' share),
-  // the share of answers with a positive reward over all ranks. Collective.
-  double evaluate(const char* when);
+  // Greedy answers to every held-out prompt (each generation group its members' share):
+  // eval_accuracy, the share of answers with a positive reward over all ranks; with
+  // evaluator.n_samples also that many sampled answers each: eval_pass@k, eval_maj@n
+  // (empty without valid_dataset). Collective.
+  Stats evaluate(const char* when);
 
   const Config& cfg_;
   const RlInputs& in_;
@@ -171,8 +173,8 @@ void ColocatedRollout::refill(RolloutModel& slices, int64_t step, const std::vec
   if (accepted == 0) std::fill(out.refill_kept.begin(), out.refill_kept.end(), 1.0f);  // AReaL's rule
 }
 
-double ColocatedRollout::evaluate(const char* when) {
-  if (!in_.valid) return -1.0;
+Stats ColocatedRollout::evaluate(const char* when) {
+  if (!in_.valid) return {};
   const auto start = Clock::now();
   last_eval_ = start;
   const PromptDataset& data = *in_.valid;
@@ -180,17 +182,28 @@ double ColocatedRollout::evaluate(const char* when) {
   std::vector<size_t> items;  // the group's
   std::vector<bool> mine;     // scored here: each answer is counted by the rank it belongs to
   group_items(group_first_, group_size_, me_.rank, me_.world_size, data.size(), items, mine);
+  EpisodeRunner* episodes = episodes_ ? &*episodes_ : nullptr;
   const EvalCounts counts = greedy_eval(slices, data, items, mine, in_.sampling, *in_.tokenizer, *in_.reward,
-                                        cfg_.valid_dataset.batch_size, episodes_ ? &*episodes_ : nullptr);
+                                        cfg_.valid_dataset.batch_size, episodes);
   at::Tensor totals = at::tensor({counts.correct, counts.scored, counts.tool_calls}, at::kDouble);
   comm_.all_reduce(totals, ReduceOp::Sum);
   const double accuracy = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+  Stats figures{{"eval_accuracy", accuracy}};
+  std::string line = cat("greedy accuracy ", format_fixed(100 * accuracy, 1), "%");
+  if (const int64_t n = cfg_.evaluator.n_samples; n > 0) {  // the samples --job eval draws (evaluation.h)
+    const auto sampled = sample_eval(slices, data, items, mine, in_.sampling, n, cfg_.seed, *in_.tokenizer,
+                                     *in_.reward, cfg_.valid_dataset.batch_size, episodes);
+    for (const auto& [key, value] : sampled_figures(cfg_.reward_fn, n, sampled, comm_)) {
+      figures.push_back({key, value});
+      line += cat(", ", key.substr(5), " ", format_fixed(100 * value, 1), "%");
+    }
+  }
   const std::string tools = episodes_ ? cat(", ", format_fixed(totals[2].item<double>() / std::max(1.0, totals[1].item<double>()), 2),
                                             " tool calls per episode")
                                       : "";
-  log::info(cat("eval (", when, "): greedy accuracy ", format_fixed(100 * accuracy, 1), "% on ", data.size(),
-                " held-out prompts", tools, " (", format_fixed(seconds_since(start), 1), " s)"));
-  return accuracy;
+  log::info(cat("eval (", when, "): ", line, " on ", data.size(), " held-out prompts", tools, " (",
+                format_fixed(seconds_since(start), 1), " s)"));
+  return figures;
 }
 
 }  // namespace

@@ -31,28 +31,23 @@ std::string dumped(const json& value, int indent = -1) {
 
 // A prompt's row of results.jsonl: its samples, their rewards and its own numbers.
 json prompt_row(const Config& cfg, size_t index, const Prompt& prompt, const std::vector<ScoredAnswer>& answers) {
-  std::vector<std::string> keys;
-  std::vector<double> rewards;
+  const PromptVerdict verdict = judge_answers(cfg.reward_fn, answers);
   json samples = json::array();
-  int64_t correct = 0;
-  for (const ScoredAnswer& a : answers) {
-    keys.push_back(answer_key(cfg.reward_fn, a.text));
-    rewards.push_back(a.reward);
-    correct += a.reward > 0;
-    samples.push_back({{"text", a.text}, {"answer", keys.back()}, {"reward", a.reward}, {"tokens", a.tokens},
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const ScoredAnswer& a = answers[i];
+    samples.push_back({{"text", a.text}, {"answer", verdict.keys[i]}, {"reward", a.reward}, {"tokens", a.tokens},
                        {"truncated", a.truncated}, {"tool_calls", a.tool_calls}});
   }
-  const Vote vote = majority_vote(cfg.reward_fn, keys, rewards);
   const int64_t n = static_cast<int64_t>(answers.size());
   return {{"index", index},
           {"prompt", prompt.example.prompt},
           {"reference", prompt.example.answer},
           {"n", n},
-          {"correct", correct},
-          {"pass@1", pass_at_k(n, correct, 1)},
-          {"majority_answer", vote.answer},
-          {"majority_votes", vote.votes},
-          {"maj_correct", vote.correct},
+          {"correct", verdict.correct},
+          {"pass@1", pass_at_k(n, verdict.correct, 1)},
+          {"majority_answer", verdict.vote.answer},
+          {"majority_votes", verdict.vote.votes},
+          {"maj_correct", verdict.vote.correct},
           {"samples", samples}};
 }
 

@@ -1,6 +1,10 @@
 #include "areal/rl/evaluation.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
+
+#include "areal/util/strings.h"
 
 namespace areal {
 
@@ -90,6 +94,37 @@ EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std
       counts.tool_calls += static_cast<double>(a.tool_calls);
     }
   return counts;
+}
+
+PromptVerdict judge_answers(const std::string& reward_fn, const std::vector<ScoredAnswer>& answers) {
+  PromptVerdict verdict;
+  std::vector<double> rewards;
+  for (const ScoredAnswer& a : answers) {
+    verdict.keys.push_back(answer_key(reward_fn, a.text));
+    rewards.push_back(a.reward);
+    verdict.correct += a.reward > 0;
+  }
+  verdict.vote = majority_vote(reward_fn, verdict.keys, rewards);
+  return verdict;
+}
+
+Stats sampled_figures(const std::string& reward_fn, int64_t n, const std::vector<std::vector<ScoredAnswer>>& answers,
+                      Communicator& comm) {
+  const std::vector<int64_t> ks = reported_ks(n);
+  at::Tensor sums = at::zeros({static_cast<int64_t>(ks.size()) + 2}, at::kDouble);  // pass@k..., maj, prompts
+  double* sum = sums.data_ptr<double>();
+  for (const std::vector<ScoredAnswer>& prompt : answers) {
+    const PromptVerdict verdict = judge_answers(reward_fn, prompt);
+    for (size_t j = 0; j < ks.size(); ++j) sum[j] += pass_at_k(n, verdict.correct, ks[j]);
+    sum[ks.size()] += verdict.vote.correct;
+    sum[ks.size() + 1] += 1;
+  }
+  comm.all_reduce(sums, ReduceOp::Sum);
+  const double prompts = std::max(1.0, sum[ks.size() + 1]);
+  Stats figures;
+  for (size_t j = 0; j < ks.size(); ++j) figures.push_back({cat("eval_pass@", ks[j]), sum[j] / prompts});
+  figures.push_back({cat("eval_maj@", n), sum[ks.size()] / prompts});
+  return figures;
 }
 
 }  // namespace areal

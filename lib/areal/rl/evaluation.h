@@ -1,7 +1,8 @@
 // Held-out evaluation: answers to the valid_dataset prompts, scored by the reward
 // function (or an episode's environment). greedy_eval: one greedy answer per prompt, the
 // accuracy the RL job logs; sample_eval: k sampled answers per prompt, what --job eval
-// reports as pass@k and maj@k (rl/eval_job.h).
+// reports as pass@k and maj@k (rl/eval_job.h) and the RL job logs with
+// evaluator.n_samples (sampled_figures).
 #pragma once
 
 #include <functional>
@@ -9,9 +10,12 @@
 #include <vector>
 
 #include "areal/data/prompt_dataset.h"
+#include "areal/dist/communicator.h"
 #include "areal/reward/reward.h"
 #include "areal/rl/episodes.h"
+#include "areal/rl/eval_metrics.h"
 #include "areal/rollout/generation.h"
+#include "areal/stats/stats_logger.h"
 #include "areal/text/tokenizer.h"
 
 namespace areal {
@@ -58,5 +62,20 @@ std::vector<std::vector<ScoredAnswer>> sample_eval(RolloutModel& model, const Pr
 EvalCounts greedy_eval(RolloutModel& model, const PromptDataset& data, const std::vector<size_t>& items,
                        const std::vector<bool>& mine, SamplingParams sampling, const Tokenizer& tokenizer,
                        Rewarder& reward, int64_t chunk, EpisodeRunner* episodes = nullptr);
+
+// One prompt's sampled answers judged: each answer's key (answer_key for `reward_fn`),
+// how many are right (reward > 0) and their majority vote.
+struct PromptVerdict {
+  std::vector<std::string> keys;
+  int64_t correct = 0;
+  Vote vote;
+};
+PromptVerdict judge_answers(const std::string& reward_fn, const std::vector<ScoredAnswer>& answers);
+
+// The figures of `n` sampled answers per prompt over every rank's prompts (each rank
+// passes those it scored; collective over `comm`): "eval_pass@k" for k in
+// reported_ks(n), then "eval_maj@n", each the mean over the prompts.
+Stats sampled_figures(const std::string& reward_fn, int64_t n, const std::vector<std::vector<ScoredAnswer>>& answers,
+                      Communicator& comm);
 
 }  // namespace areal

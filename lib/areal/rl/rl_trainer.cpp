@@ -34,6 +34,13 @@ const std::vector<size_t>& batch_of(int64_t step, const TrainingSchedule& schedu
   return plan.batches[b];
 }
 
+// An evaluation's eval_accuracy (-1: none).
+double greedy_accuracy(const Stats& figures) {
+  for (const auto& [key, value] : figures)
+    if (key == "eval_accuracy") return value;
+  return -1;
+}
+
 // Reports the step (stats over all ranks: the console line, stats.jsonl and
 // TensorBoard, the held-out score when one is due), then saves and recovers.
 void report_and_save(const Config& cfg, int64_t step, const std::vector<size_t>& batch, const StepParts& parts,
@@ -51,7 +58,8 @@ void report_and_save(const Config& cfg, int64_t step, const std::vector<size_t>&
   for (auto& figure : policy.router_figures()) row.push_back(std::move(figure));  // a mixture of experts'
   source.add_stats(row);
   const bool last = step + 1 == total;
-  if (std::optional<double> accuracy = source.evaluate_after_step(step + 1, last)) row.push_back({"eval_accuracy", *accuracy});
+  if (std::optional<Stats> figures = source.evaluate_after_step(step + 1, last))
+    row.insert(row.end(), figures->begin(), figures->end());
   stats.log(step + 1, row);
   saver.after_step(step + 1, last, policy);
   if (link) note_stop_signal(take_stop_notes(*link->mail));  // a generation rank's, relayed
@@ -90,8 +98,9 @@ RlSummary run_rl(const Config& cfg, const RlInputs& in, const RankInfo& me, Comm
     summary.first_reward = resumed->figures["first_reward"];
     bad_in_a_row = static_cast<int>(resumed->figures["bad_updates_in_a_row"]);
   } else {
-    summary.eval_before = source->evaluate_before();
-    if (in.valid && !link) stats.log(0, {{"eval_accuracy", summary.eval_before}});
+    const Stats before = source->evaluate_before();
+    summary.eval_before = greedy_accuracy(before);
+    if (!before.empty() && !link) stats.log(0, before);
   }
   source->begin(step);
   EpochPlan plan;
@@ -118,8 +127,9 @@ RlSummary run_rl(const Config& cfg, const RlInputs& in, const RankInfo& me, Comm
     throw;
   }
   summary.steps = step;
-  summary.eval_after = source->evaluate_at_end(step);
-  if (in.valid && !link) stats.log(step, {{"eval_accuracy", summary.eval_after}});
+  const Stats after = source->evaluate_at_end(step);
+  summary.eval_after = greedy_accuracy(after);
+  if (!after.empty() && !link) stats.log(step, after);
   summary.checkpoint = (std::filesystem::path(run_dir(cfg)) / "checkpoint").string();
   policy.save(summary.checkpoint);
   if (in.valid)

@@ -35,14 +35,15 @@ class RolloutSource {
   virtual StepRollout rollout(int64_t step, const std::vector<size_t>& batch) = 0;
   // After the step's update; returns this rank's seconds in it (the weights' sync).
   virtual double after_update(int64_t steps_done) = 0;
-  // The held-out accuracy after step `steps_done` when an evaluation is due and its score
-  // belongs in the step's row (colocated); the asynchronous source logs the scores that
-  // arrived on its own and returns nothing.
-  virtual std::optional<double> evaluate_after_step(int64_t steps_done, bool last) = 0;
-  // The held-out accuracy before training (-1: none, or it comes later) and after the
-  // last step (-1: none).
-  virtual double evaluate_before() = 0;
-  virtual double evaluate_at_end(int64_t steps_done) = 0;
+  // A held-out evaluation's figures for the stats rows: eval_accuracy (greedy), and
+  // with evaluator.n_samples eval_pass@k and eval_maj@n. After step `steps_done`: when an
+  // evaluation is due and its figures belong in the step's row (colocated); the
+  // asynchronous source logs the scores that arrived on its own and returns nothing.
+  virtual std::optional<Stats> evaluate_after_step(int64_t steps_done, bool last) = 0;
+  // Before training (empty: none, or it comes later) and after the last step (empty:
+  // none; the asynchronous source: eval_accuracy alone, already logged).
+  virtual Stats evaluate_before() = 0;
+  virtual Stats evaluate_at_end(int64_t steps_done) = 0;
   // What the statistics add for this shape (asynchronous: the queue's length here).
   virtual void add_stats(Stats& extra) const = 0;
   // A stop (a signal): whatever the other side must hear.
