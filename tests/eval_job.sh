@@ -8,7 +8,9 @@
 #   - the checkpoint scores above the base model;
 #   - one GRPO step from the checkpoint with evaluator.n_samples = 8: the eval_pass@k and
 #     eval_maj@8 it logs before the step equal --job eval's on the checkpoint, and those
-#     after it equal --job eval's on the checkpoint the RL run saved.
+#     after it equal --job eval's on the checkpoint the RL run saved;
+#   - the same with LoRA: --job eval of the base plus the adapter the run saved
+#     (actor.lora_adapter_path) gives the figures the run logged after its last step.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 cd "$AREAL_ROOT"
@@ -26,6 +28,11 @@ run_eval base --init_from_scratch true --fsdp.memory_efficient_load false
 "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml cluster.fileroot="$ROOT" trial_name=rl \
   --model_path "$CHECKPOINT" total_train_steps=1 evaluator.n_samples=8 valid_dataset.batch_size=125
 run_eval rl_after --model_path "$ROOT/demo/rl/checkpoint"
+LORA=(actor.use_lora=true actor.lora_rank=8)
+"${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml cluster.fileroot="$ROOT" trial_name=lora \
+  --model_path "$CHECKPOINT" total_train_steps=2 evaluator.n_samples=8 valid_dataset.batch_size=125 "${LORA[@]}" \
+  optimizer.lr=1e-3
+run_eval lora_adapter --model_path "$CHECKPOINT" "${LORA[@]}" actor.lora_adapter_path="$ROOT/demo/lora/checkpoint"
 "$AREAL_PYTHON_BIN" - "$ROOT/demo" <<'PY'
 import collections, json, math, sys
 
@@ -71,10 +78,17 @@ assert s1["pass@1"] > base["pass@1"] + 0.2, (s1["pass@1"], base["pass@1"])
 _, after = check("rl_after")
 logged = [r for r in map(json.loads, open(f"{sys.argv[1]}/rl/stats.jsonl")) if "eval_pass@1" in r]
 assert [r["step"] for r in logged] == [0, 1], [r["step"] for r in logged]
-for row, summary in zip(logged, (s1, after)):  # the same samples: the same figures (float32)
+lora_rows, adapter = load("lora_adapter")
+lora_logged = [r for r in map(json.loads, open(f"{sys.argv[1]}/lora/stats.jsonl")) if "eval_pass@1" in r]
+assert [r["step"] for r in lora_logged] == [0, 2], [r["step"] for r in lora_logged]
+# The same samples: the same figures (float32).
+for row, summary in zip(logged + lora_logged, (s1, after, s1, adapter)):
     for key in [k for k in summary if k.startswith(("pass@", "maj@"))]:
         assert abs(row[f"eval_{key}"] - summary[key]) < 1e-12, (row["step"], key, row[f"eval_{key}"], summary[key])
+moved = sum(a["samples"] != b["samples"] for a, b in zip(lora_rows, t1))
+assert moved > 0, "the adapter changed no answer: was it loaded?"
 print(f"eval_job: OK (t = 1 and t = 2: the same {len(t1)} prompts' samples; "
       f"pass@1 of the warm-up {100 * s1['pass@1']:.1f}% vs the base model {100 * base['pass@1']:.1f}%; "
-      f"--job rl logs --job eval's figures, pass@1 {100 * s1['pass@1']:.1f}% -> {100 * after['pass@1']:.1f}% after a step)")
+      f"--job rl logs --job eval's figures, pass@1 {100 * s1['pass@1']:.1f}% -> {100 * after['pass@1']:.1f}% after a step; "
+      f"with LoRA -> {100 * adapter['pass@1']:.1f}% after two, the adapter changing the answers to {moved} prompts)")
 PY
