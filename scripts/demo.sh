@@ -4,13 +4,16 @@
 #      (configs/demo_sft_warmup.yaml) -> a Hugging Face checkpoint
 #   2. GRPO from that checkpoint, loaded with fsdp.memory_efficient_load
 #      (configs/demo_grpo.yaml): held-out greedy accuracy before, during and after
-#   3. the plot of reward and accuracy against step (PNG)
+#   3. the evaluator (--job eval) on the warm-up's and GRPO's checkpoints: pass@k, maj@k
+#      before and after (docs/evaluation.md)
+#   4. the plot of reward and accuracy against step (PNG)
 # Extra arguments are overrides for the GRPO step, e.g. scripts/demo.sh optimizer.lr=1e-4
-# Exits non-zero when the held-out accuracy did not rise by at least 25 points.
+# Exits non-zero when the held-out accuracy did not rise by at least 25 points (or the
+# evaluator's pass@1 did not rise).
 #
-#   scripts/demo.sh                          # all three steps
+#   scripts/demo.sh                          # all four steps
 #   scripts/demo.sh --warmup-only            # step 1 alone: the warm-up checkpoint
-#   scripts/demo.sh --checkpoint DIR [...]   # steps 2 and 3 from an earlier warm-up's checkpoint
+#   scripts/demo.sh --checkpoint DIR [...]   # steps 2 to 4 from an earlier warm-up's checkpoint
 #   scripts/demo.sh --tools [...]            # the tool-use demo (docs/agentic.md): three-digit
 #                                            # multiplication, a warm-up that mostly guesses,
 #                                            # then GRPO with the calculator (episodes)
@@ -34,7 +37,7 @@ ROOT="${AREAL_DEMO_ROOT:-/tmp/areal}"
 START=$SECONDS
 
 if [ -z "$CHECKPOINT" ]; then
-  echo "== 1/3 supervised warm-up: mpirun -np 2 areal-train --config $WARMUP_CONFIG =="
+  echo "== 1/4 supervised warm-up: mpirun -np 2 areal-train --config $WARMUP_CONFIG =="
   "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config "$WARMUP_CONFIG" cluster.fileroot="$ROOT"
   CHECKPOINT="$ROOT/$DEMO/sft-warmup/checkpoint"
 fi
@@ -44,26 +47,38 @@ if [ -n "$WARMUP_ONLY" ]; then
   exit 0
 fi
 
-echo "== 2/3 GRPO: mpirun -np 2 areal-train --config $GRPO_CONFIG --fsdp.memory_efficient_load true --model_path $CHECKPOINT =="
+echo "== 2/4 GRPO: mpirun -np 2 areal-train --config $GRPO_CONFIG --fsdp.memory_efficient_load true --model_path $CHECKPOINT =="
 "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config "$GRPO_CONFIG" --fsdp.memory_efficient_load true \
   --model_path "$CHECKPOINT" cluster.fileroot="$ROOT" "$@"
 
-echo "== 3/3 the plot =="
 RUN="$ROOT/$DEMO/grpo"
+echo "== 3/4 the evaluator before and after: areal-train --job eval on the warm-up's and GRPO's checkpoints =="
+for WHEN in before after; do
+  MODEL="$CHECKPOINT"; [ "$WHEN" = after ] && MODEL="$RUN/checkpoint"
+  "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config "$GRPO_CONFIG" --job eval --model_path "$MODEL" \
+    cluster.fileroot="$ROOT" trial_name="eval-$WHEN"
+done
+
+echo "== 4/4 the plot =="
 "$AREAL_PYTHON_BIN" scripts/plot_stats.py "$RUN/stats.jsonl" "$RUN/reward_accuracy.png" \
   --title "$TITLE" | tee "$RUN/summary.txt"
 echo "demo: done in $((SECONDS - START)) s; stats $RUN/stats.jsonl, TensorBoard $RUN/tensorboard"
-"$AREAL_PYTHON_BIN" - "$RUN/stats.jsonl" <<'PY'
+"$AREAL_PYTHON_BIN" - "$RUN/stats.jsonl" "$ROOT/$DEMO" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+before, after = (json.load(open(f"{sys.argv[2]}/eval-{w}/eval/summary.json")) for w in ("before", "after"))
+metrics = [k for k in before if k.startswith(("pass@", "maj@"))]
+print(f"demo: the evaluator ({before['prompts']} held-out prompts x {before['n_samples']} samples), before -> after GRPO: "
+      + ", ".join(f"{k} {100 * before[k]:.1f}% -> {100 * after[k]:.1f}%" for k in metrics))
 evals = [r["eval_accuracy"] for r in rows if "eval_accuracy" in r]
 rise = 100 * (evals[-1] - evals[0])
 print(f"demo: held-out greedy accuracy {100 * evals[0]:.1f}% -> {100 * evals[-1]:.1f}% ({rise:+.1f} points; target: +25)")
-ok = rise >= 25
+ok = rise >= 25 and after["pass@1"] > before["pass@1"]
 tools = [r["tool_calls_mean"] for r in rows if "tool_calls_mean" in r]
 if tools:  # the tool-use demo: the model learned to call the calculator
     print(f"demo: tool calls per sampled episode {tools[0]:.2f} -> {tools[-1]:.2f}")
     ok = ok and tools[-1] > tools[0]
-print("demo: OK, the accuracy rose by at least 25 points" if ok else "demo: FAILED, the rise is under 25 points")
+print("demo: OK, the accuracy rose by at least 25 points" if ok
+      else "demo: FAILED, the greedy rise is under 25 points or the evaluator's pass@1 did not rise")
 sys.exit(0 if ok else 1)
 PY
