@@ -3,6 +3,10 @@ each judged by Hugging Face math-verify: the reference the built-in `math` rewar
 (lib/areal/reward/reward.cpp) is checked against in tests/test_reward.cpp.
 
     math_verify_corpus.py N_PAIRS SEED > corpus.jsonl
+    math_verify_corpus.py --file PAIRS.jsonl > judged.jsonl   # fixed pairs, judged
+
+The second form judges hand-written pairs (tests/fixtures/math/real_answers.jsonl:
+solutions as models write them to MATH-500 and GSM8K problems) the same way.
 
 Each line: {"answer": ..., "reference": ..., "style": ..., "math_verify": 0 or 1}. For
 GSM8K-style references ("... #### 72") math-verify gets the number after "####" as the
@@ -96,15 +100,27 @@ def math_pair(rng):
     return answer, reference, "math"
 
 
+def judge(answer, reference, style):
+    gold_text = reference.split("####")[-1].strip().replace(",", "") if style == "gsm8k" else reference
+    gold, guess = parse(gold_text), parse(answer)
+    judged = 1 if gold and guess and verify(gold, guess) else 0
+    print(json.dumps({"answer": answer, "reference": reference, "style": style, "math_verify": judged}))
+
+
 def main(n, seed):
     rng = random.Random(seed)
     for _ in range(n):
-        answer, reference, style = (gsm8k_pair if rng.random() < 0.5 else math_pair)(rng)
-        gold_text = reference.split("####")[-1].strip().replace(",", "") if style == "gsm8k" else reference
-        gold, guess = parse(gold_text), parse(answer)
-        judged = 1 if gold and guess and verify(gold, guess) else 0
-        print(json.dumps({"answer": answer, "reference": reference, "style": style, "math_verify": judged}))
+        judge(*(gsm8k_pair if rng.random() < 0.5 else math_pair)(rng))
+
+
+def judge_file(path):
+    for line in open(path, encoding="utf-8"):
+        row = json.loads(line)
+        judge(row["answer"], row["reference"], "gsm8k" if "####" in row["reference"] else "math")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    if sys.argv[1] == "--file":
+        judge_file(sys.argv[2])
+    else:
+        main(int(sys.argv[1]), int(sys.argv[2]))

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "areal/data/jsonl.h"
-#include "areal/reward/reward.h"
+#include "areal/reward/math_grader.h"
 #include "areal/util/strings.h"
 
 namespace areal {

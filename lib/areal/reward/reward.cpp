@@ -1,11 +1,9 @@
 #include "areal/reward/reward.h"
 
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "areal/reward/worker_pool.h"
 #include "areal/util/error.h"
@@ -13,17 +11,6 @@
 #include "areal/util/strings.h"
 
 namespace areal {
-
-std::optional<std::string> last_boxed(const std::string& text) {
-  size_t at = text.rfind("\\boxed{");
-  if (at == std::string::npos) return std::nullopt;
-  size_t start = at + 7, depth = 1;
-  for (size_t i = start; i < text.size(); ++i) {
-    if (text[i] == '{') ++depth;
-    if (text[i] == '}' && --depth == 0) return text.substr(start, i - start);
-  }
-  return std::nullopt;  // unbalanced
-}
 
 namespace {
 
@@ -38,66 +25,7 @@ std::optional<double> reward_reply(const std::string& line) {
   return value;
 }
 
-std::optional<double> parse_plain(std::string s) {
-  std::string cleaned;
-  for (char c : s)
-    if (c != ',' && c != '$' && !std::isspace(static_cast<unsigned char>(c))) cleaned.push_back(c);
-  while (!cleaned.empty() && cleaned.back() == '.') cleaned.pop_back();  // "42." at a sentence's end
-  static const std::regex number(R"(^[+-]?(\d+(\.\d*)?|\.\d+)$)");
-  if (!std::regex_match(cleaned, number)) return std::nullopt;
-  return std::stod(cleaned);
-}
-
-// A final answer without what it carries besides its value: text units
-// ("\text{ cm}"), LaTeX's thousands separator "{,}", spacing commands, and a single
-// variable's "x =" in front (math-verify reads these the same way).
-std::string strip_decorations(const std::string& raw) {
-  static const std::regex text_units(R"(\\(text|mbox|mathrm)\{[^{}]*\})");
-  static const std::regex spacing(R"(\\[!,;: ])");
-  static const std::regex variable(R"(^\s*[A-Za-z]\s*=\s*)");
-  std::string text = std::regex_replace(raw, text_units, "");
-  text = std::regex_replace(text, spacing, "");
-  for (size_t at; (at = text.find("{,}")) != std::string::npos;) text.replace(at, 3, ",");
-  return trim(std::regex_replace(text, variable, ""));
-}
-
 }  // namespace
-
-std::optional<double> parse_math_number(const std::string& raw) {
-  std::string text = strip_decorations(raw);
-  static const std::regex frac(R"(^(-?)\\d?frac\{([^{}]+)\}\{([^{}]+)\}$)");
-  std::smatch m;
-  std::string numerator, denominator, sign;
-  if (std::regex_match(text, m, frac)) {
-    sign = m[1];
-    numerator = m[2];
-    denominator = m[3];
-  } else if (size_t slash = text.find('/'); slash != std::string::npos) {
-    numerator = text.substr(0, slash);
-    denominator = text.substr(slash + 1);
-  } else {
-    return parse_plain(text);
-  }
-  auto n = parse_plain(numerator), d = parse_plain(denominator);
-  if (!n || !d || *d == 0) return std::nullopt;
-  return (sign == "-" ? -1.0 : 1.0) * *n / *d;
-}
-
-std::optional<std::string> extract_math_answer(const std::string& text) {
-  if (auto boxed = last_boxed(text)) return trim(*boxed);
-  if (size_t hashes = text.rfind("####"); hashes != std::string::npos) return trim(text.substr(hashes + 4));
-  static const std::regex number(R"(-?\d[\d,]*(\.\d+)?(/\d+)?)");
-  std::optional<std::string> last;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it)
-    last = it->str();
-  return last;
-}
-
-bool math_answers_equal(const std::string& a, const std::string& b) {
-  auto x = parse_math_number(a), y = parse_math_number(b);
-  if (x && y) return std::abs(*x - *y) <= 1e-9 * std::max({1.0, std::abs(*x), std::abs(*y)});
-  return trim(a) == trim(b);  // not numbers: compare as written
-}
 
 RewardFn reward_function(const std::string& name) {
   if (name == "exact_match")
