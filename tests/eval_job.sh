@@ -2,7 +2,8 @@
 # --job eval end to end (docs/evaluation.md), on the demo's warm-up checkpoint
 # (AREAL_DEMO_CHECKPOINT) and the built-in base model it started from, under mpirun -np 2:
 #   - 8 sampled answers to each of the 500 held-out sums, at t = 1 (two generation
-#     groups) and t = 2 (one group of two ranks): the same per-prompt results;
+#     groups), t = 2 (one group of two ranks) and on one rank in chunks of 100 prompts, not
+#     125: the same per-prompt results;
 #   - pass@k and maj@k recomputed from results.jsonl in Python (math.comb, a Counter
 #     over the answers, the reference compared by hand) equal the summary's;
 #   - the checkpoint scores above the base model;
@@ -17,13 +18,14 @@ cd "$AREAL_ROOT"
 CHECKPOINT="${AREAL_DEMO_CHECKPOINT:?the demo warm-up checkpoint (ctest fixture demo_checkpoint)}"
 ROOT="${AREAL_EVAL_ROOT:-/tmp/areal_eval_job}"
 rm -rf "$ROOT"
-run_eval() {  # trial, then options
+run_eval() {  # trial, then options (NP ranks, default 2; BATCH prompts a chunk, default 125)
   local trial=$1; shift
-  "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml --job eval cluster.fileroot="$ROOT" \
-    trial_name="$trial" gconfig.n_samples=8 gconfig.temperature=1.0 valid_dataset.batch_size=125 "$@"
+  "${AREAL_MPIRUN[@]}" -np "${NP:-2}" "$AREAL_BIN" --config configs/demo_grpo.yaml --job eval cluster.fileroot="$ROOT" \
+    trial_name="$trial" gconfig.n_samples=8 gconfig.temperature=1.0 valid_dataset.batch_size="${BATCH:-125}" "$@"
 }
 run_eval t1 --model_path "$CHECKPOINT"
 run_eval t2 --model_path "$CHECKPOINT" rollout.backend=sglang:d1t2 actor.backend=fsdp:d2
+NP=1 BATCH=100 run_eval np1 --model_path "$CHECKPOINT"
 run_eval base --init_from_scratch true --fsdp.memory_efficient_load false
 "${AREAL_MPIRUN[@]}" -np 2 "$AREAL_BIN" --config configs/demo_grpo.yaml cluster.fileroot="$ROOT" trial_name=rl \
   --model_path "$CHECKPOINT" total_train_steps=1 evaluator.n_samples=8 valid_dataset.batch_size=125
@@ -71,8 +73,9 @@ def check(trial):
 
 t1, s1 = check("t1")
 t2, s2 = check("t2")
-same = sum(a["samples"] == b["samples"] for a, b in zip(t1, t2))
-assert same == len(t1), f"t = 1 and t = 2 differ on {len(t1) - same} of {len(t1)} prompts"
+for other, name in ((t2, "t = 2"), (check("np1")[0], "one rank")):
+    same = sum(a["samples"] == b["samples"] for a, b in zip(t1, other))
+    assert same == len(t1), f"t = 1 and {name} differ on {len(t1) - same} of {len(t1)} prompts"
 _, base = check("base")
 assert s1["pass@1"] > base["pass@1"] + 0.2, (s1["pass@1"], base["pass@1"])
 _, after = check("rl_after")
@@ -87,7 +90,7 @@ for row, summary in zip(logged + lora_logged, (s1, after, s1, adapter)):
         assert abs(row[f"eval_{key}"] - summary[key]) < 1e-12, (row["step"], key, row[f"eval_{key}"], summary[key])
 moved = sum(a["samples"] != b["samples"] for a, b in zip(lora_rows, t1))
 assert moved > 0, "the adapter changed no answer: was it loaded?"
-print(f"eval_job: OK (t = 1 and t = 2: the same {len(t1)} prompts' samples; "
+print(f"eval_job: OK (t = 1, t = 2 and one rank: the same {len(t1)} prompts' samples; "
       f"pass@1 of the warm-up {100 * s1['pass@1']:.1f}% vs the base model {100 * base['pass@1']:.1f}%; "
       f"--job rl logs --job eval's figures, pass@1 {100 * s1['pass@1']:.1f}% -> {100 * after['pass@1']:.1f}% after a step; "
       f"with LoRA -> {100 * adapter['pass@1']:.1f}% after two, the adapter changing the answers to {moved} prompts)")

@@ -134,7 +134,7 @@ void run_eval(const Config& cfg, const RlInputs& in, const RankInfo& me, Communi
   group_items(group_first, group_size, me.rank, me.world_size, data.size(), items, mine);
   const int64_t n = cfg.gconfig.n_samples;
   log::info(cat("eval: ", data.size(), " prompts of ", cfg.valid_dataset.path, " x ", n, " samples (",
-                me.world_size / group_size, " generation groups of ", group_size, " ranks)"));
+                me.world_size / group_size, " generation group(s) of ", group_size, " rank(s) each)"));
   // Rank 0's group speaks for all: the groups share the prompts evenly.
   auto progress = [&](size_t done) {
     const double elapsed = seconds_since(start), share = static_cast<double>(done) / static_cast<double>(items.size());
