@@ -1,9 +1,10 @@
 """Loads a checkpoint written by areal-train with `transformers` and compares logits.
 
-    check_hf_load.py CHECKPOINT_DIR EXPECTED.safetensors
+    check_hf_load.py CHECKPOINT_DIR EXPECTED.safetensors [CHECKPOINT_DIR EXPECTED ...]
 
 EXPECTED holds `input_ids` and the `logits` areal-train computed for them with the
-weights it saved. Exit 0 when transformers agrees (fp32, max abs diff < 1e-4).
+weights it saved. Exit 0 when transformers agrees on every pair (fp32, max abs diff <
+1e-4); several pairs share one start of Python and transformers.
 """
 import sys
 
@@ -12,15 +13,18 @@ import transformers
 from safetensors.torch import load_file
 
 
-def main(checkpoint, expected_path):
+def agrees(checkpoint, expected_path):
     expected = load_file(expected_path)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(input_ids=expected["input_ids"]).logits.float()
     diff = (logits - expected["logits"]).abs().max().item()
-    print(f"{type(model).__name__}: max abs diff {diff:.3g}")
-    sys.exit(0 if diff < 1e-4 else 1)
+    print(f"{checkpoint}: {type(model).__name__}: max abs diff {diff:.3g}")
+    return diff < 1e-4
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    pairs = list(zip(sys.argv[1::2], sys.argv[2::2]))
+    assert pairs and len(sys.argv) % 2 == 1, __doc__
+    results = [agrees(checkpoint, expected) for checkpoint, expected in pairs]  # every pair, then the verdict
+    sys.exit(0 if all(results) else 1)
