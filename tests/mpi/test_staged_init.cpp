@@ -317,9 +317,13 @@ TEST_CASE("save: a sharded model saved unit by unit loads back bit-identically, 
       CHECK(at::equal(saved.read(name), original.read(name)));
     }
     CHECK(fs::exists(out / "model.safetensors.index.json"));
-    PythonResult python = run_python("check_hf_load.py " + out.string() + " " + source + "/reference.safetensors");
-    INFO(python.output);
-    CHECK(python.exit_code == 0);
+    // The tensors equal the transformers-made fixture's at every world size; transformers
+    // reads the files (config, index, shards) at np 2, which saves 7 s per other np.
+    if (g_me.world_size == 2) {
+      PythonResult python = run_python("check_hf_load.py " + out.string() + " " + source + "/reference.safetensors");
+      INFO(python.output);
+      CHECK(python.exit_code == 0);
+    }
     fs::remove_all(out);
   }
   g_comm->barrier();  // rank 0 is done with the files before the next test
