@@ -16,7 +16,8 @@
 #   bench/run_vs_fsdp2.sh                              # the full benchmark (~0.5 B init, 74 M training)
 #   SMOKE=1 bench/run_vs_fsdp2.sh                      # tiny models, N=2 only: the CI smoke run
 #   MOE=1 bench/run_vs_fsdp2.sh                        # mixtures of experts (Qwen3-MoE, 0.68 B init,
-#                                                      # 131 M training; init and training parts)
+#                                                      # 131 M training at e = 1 and 2 (EXPERTS);
+#                                                      # init and training parts)
 #   PARTS=init bench/run_vs_fsdp2.sh                   # some parts only (init training packing);
 #                                                      # results then go to vs_fsdp2_<label>-<parts>.*
 set -euo pipefail
@@ -33,7 +34,7 @@ elif [ -n "${MOE:-}" ]; then
   "$PY" bench/make_bench_model.py "$init_model" float32 moe_0.7b
   "$PY" bench/make_bench_model.py "$train_model" float32 moe_130m
   NP_INIT="${NP_INIT:-1 2 4}"; NP_TRAIN="${NP_TRAIN:-1 2 4}"; STEPS="${STEPS:-5}"; WARMUP="${WARMUP:-1}"
-  BATCH="${BATCH:-4}"; SEQ="${SEQ:-128}"; label="moe"; PARTS="${PARTS:-init training}"
+  BATCH="${BATCH:-4}"; SEQ="${SEQ:-128}"; label="moe"; PARTS="${PARTS:-init training}"; EXPERTS="${EXPERTS:-1 2}"
   PACK_NP=""; PACK_BATCH=8; PACK_STEPS=4; PACK_MIN=32; PACK_MAX=512; PACK_MEDIAN=100; PACK_BUDGET=1024
 else
   init_model="$models/qwen2_0p5b_float32"; train_model="$models/qwen2_74m_float32"
@@ -94,13 +95,19 @@ for np in $NP_INIT; do
 done
 for np in $NP_TRAIN; do
   for ckpt in $CKPT_MODES; do
-    echo "== training, areal-train --job sft, -np $np, gradient checkpointing $ckpt"
-    "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job sft --model_path "$train_model" --tokenizer_path byte --actor.dtype float32 \
-      --actor.gradient_checkpointing "$ckpt" \
-      --train_dataset.path "$work/train.jsonl" --train_dataset.shuffle false --train_dataset.batch_size "$BATCH" \
-      --total_train_steps "$STEPS" --optimizer.lr "$LR" --optimizer.warmup_steps_proportion 0 \
-      --optimizer.lr_scheduler_type constant --cluster.fileroot "$work/runs" --experiment_name train \
-      --trial_name "areal_np${np}_ckpt${ckpt}" 2>&1 | grep -E "sft:|error" || true
+    # Mixtures of experts: also with expert parallelism (actor.backend fsdp:dNeE) for each E in
+    # EXPERTS that divides N (trial ..._eE; e = 1 is the plain trial).
+    for e in ${EXPERTS:-1}; do
+      if [ "$e" != 1 ] && { [ "$np" = 1 ] || [ $((np % e)) != 0 ]; }; then continue; fi
+      suffix=""; [ "$e" = 1 ] || suffix="_e$e"
+      echo "== training, areal-train --job sft, -np $np, gradient checkpointing $ckpt, e $e"
+      "${AREAL_MPIRUN[@]}" -np "$np" "$AREAL_BIN" --job sft --model_path "$train_model" --tokenizer_path byte --actor.dtype float32 \
+        --actor.gradient_checkpointing "$ckpt" --actor.backend "fsdp:d${np}e${e}" \
+        --train_dataset.path "$work/train.jsonl" --train_dataset.shuffle false --train_dataset.batch_size "$BATCH" \
+        --total_train_steps "$STEPS" --optimizer.lr "$LR" --optimizer.warmup_steps_proportion 0 \
+        --optimizer.lr_scheduler_type constant --cluster.fileroot "$work/runs" --experiment_name train \
+        --trial_name "areal_np${np}_ckpt${ckpt}${suffix}" 2>&1 | grep -E "sft:|error" || true
+    done
     echo "== training, FSDP2, -np $np, activation checkpointing $ckpt"
     port=$((port + 1))
     AREAL_BENCH_PORT=$port "${AREAL_MPIRUN[@]}" -np "$np" -x AREAL_BENCH_PORT -x AREAL_BENCH_DEVICE "$PY" \

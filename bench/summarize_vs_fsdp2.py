@@ -40,13 +40,13 @@ def init_rows(work):
 def train_rows(work, warmup):
     rows = []
     for path in sorted(glob.glob(f"{work}/runs/train/areal_np*/stats.jsonl")):
-        np_, ckpt = re.match(r".*areal_np(\d+)_ckpt(true|false)", path).groups()
+        np_, ckpt, experts = re.match(r".*areal_np(\d+)_ckpt(true|false)(?:_e(\d+))?/", path).groups()
         np_ = int(np_)
         steps = [json.loads(l) for l in open(path) if l.strip()]
         memory = json.load(open(os.path.join(os.path.dirname(path), "train_memory.json")))
         timed = steps[warmup:]
         rows.append({"side": "areal-train", "world_size": np_, "checkpointing": ckpt == "true",
-                     "losses": [s["loss"] for s in steps],
+                     "experts": int(experts or 1), "losses": [s["loss"] for s in steps],
                      "tokens_per_second_per_rank": sum(s["tokens"] / np_ for s in timed) / sum(s["seconds"] for s in timed),
                      "peak_growth_bytes": memory["peak_growth_bytes"]})
     for path in sorted(glob.glob(f"{work}/fsdp2_train_np*.json")):
@@ -109,15 +109,17 @@ def main(work, init_model, train_model, results, label, warmup):
                     "areal_seconds": max(a["seconds"]), "fsdp2_seconds": max(f["seconds"]),
                     "time_ratio": max(a["seconds"]) / max(f["seconds"]), "raw_read_seconds": raw,
                     "targets": targets})
-    for n, ckpt in sorted({(r["world_size"], r["checkpointing"]) for r in train}, key=lambda k: (not k[1], k[0])):
-        a = find(train, side="areal-train", world_size=n, checkpointing=ckpt)
+    ours = {(r["world_size"], r["checkpointing"], r["experts"]) for r in train if r["side"] == "areal-train"}
+    for n, ckpt, e in sorted(ours, key=lambda k: (not k[1], k[0], k[2])):
+        a = find(train, side="areal-train", world_size=n, checkpointing=ckpt, experts=e)
         f = find(train, side="FSDP2", world_size=n, checkpointing=ckpt)
         if a and f:
             loss_diff = abs(a["losses"][0] - f["losses"][0])
             if loss_diff > 1e-3 * abs(f["losses"][0]):
                 failures.append(f"N={n}: first-step losses differ: areal-train {a['losses'][0]} vs FSDP2 {f['losses'][0]}")
             comparisons.append({
-                "what": "training, checkpointing " + ("on" if ckpt else "off"), "world_size": n,
+                "what": "training, checkpointing " + ("on" if ckpt else "off") + (f", e = {e}" if e > 1 else ""),
+                "world_size": n, "experts": e,
                 "areal_tokens_per_second_per_rank": a["tokens_per_second_per_rank"],
                 "fsdp2_tokens_per_second_per_rank": f["tokens_per_second_per_rank"],
                 "throughput_ratio": a["tokens_per_second_per_rank"] / f["tokens_per_second_per_rank"],
@@ -230,7 +232,8 @@ def plot(comparisons, path, meta):
     ax = axes[2]
     ax.bar([x - 0.19 for x in xs], [r["areal_tokens_per_second_per_rank"] for r in train], 0.38, label="areal-train")
     ax.bar([x + 0.19 for x in xs], [r["fsdp2_tokens_per_second_per_rank"] for r in train], 0.38, label="FSDP2")
-    ax.set_xticks(xs, [f"N={r['world_size']}" + (" ckpt" if r["what"].endswith("on") else " keep") for r in train],
+    ax.set_xticks(xs, [f"N={r['world_size']}" + (" ckpt" if "checkpointing on" in r["what"] else " keep") +
+                   (f" e{r['experts']}" if r["experts"] > 1 else "") for r in train],
                   fontsize=7)
     ax.set_title("training tokens/s per rank", fontsize=10)
     ax.set_ylabel("tokens/s")

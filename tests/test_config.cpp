@@ -354,9 +354,18 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   CHECK((one_one.separate && one_one.generation_ranks() == 1 && one_one.trains(1)));
   CHECK((!plain.separate && plain.generation_ranks() == 0 && plain.trains(0)));
   CHECK_THAT(error_of([&] { shapes("areal:d1t1", "fsdp:d2", "static", 4); }), Contains("asks for 2 training ranks"));
-  // AReaL's expert-parallel dimension: e1 is what areal-train does; more is refused by name.
-  CHECK(shapes("", "fsdp:d2e1", "static", 2).actor.data == 2);
-  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2e2", "static", 2); }), Contains("asks for expert parallelism"));
+  // AReaL's expert-parallel dimension folds into the training ranks (fsdp:d4e2: 4 ranks,
+  // experts over groups of 2); it must divide d; generation splits experts over t instead.
+  CHECK(shapes("", "fsdp:d2e1", "static", 2).actor.expert == 1);
+  Allocation experts = shapes("", "fsdp:d4e2", "static", 4);
+  CHECK((experts.actor.data == 4 && experts.actor.expert == 2 && experts.actor.ranks() == 4));
+  CHECK_THAT(describe_allocation(experts), Contains("FSDP over 4 ranks, experts over groups of 2 ranks"));
+  CHECK(shapes("", "", "sglang:d1t2+fsdp:d2e2", 2).actor.expert == 2);
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d4e3", "static", 4); }),
+             Contains("'actor.backend'") && Contains("groups of 3 ranks") && Contains("4 data-parallel ranks"));
+  CHECK_THAT(error_of([&] { shapes("sglang:d1t2e2", "", "static", 2); }),
+             Contains("'rollout.backend'") && Contains("expert-parallel generation"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2e2", "sglang:d2+fsdp:d2e1", 2); }), Contains("disagrees"));
 }
 
 TEST_CASE("config: AReaL's NormConfig sections: null is off, a section given takes AReaL's defaults",

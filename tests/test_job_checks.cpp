@@ -41,9 +41,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   std::ofstream(no_answers) << R"({"question": "1+1=", "answer": "2"})" "\n" << R"({"question": "2+2=", "answer": ""})" "\n";
   // The smoke model with a config.json edit: a mixture-of-experts family not supported.
   using Edits = std::vector<std::pair<std::string, std::string>>;
-  auto edited_model = [&](const std::string& name, const Edits& edits) {
+  auto edited_model = [&](const std::string& name, const Edits& edits, const std::string& from = "tiny_chat") {
     const fs::path dir = root / name;
-    fs::copy(source_path("tests/fixtures/models/tiny_chat"), dir);
+    fs::copy(source_path("tests/fixtures/models/" + from), dir);
     std::ifstream in(dir / "config.json");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     for (const auto& [from, to] : edits) text.replace(text.find(from), from.size(), to);
@@ -51,6 +51,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
     return dir.string();
   };
   const std::string moe = edited_model("moe", {{"\"model_type\": \"qwen2\"", "\"model_type\": \"deepseek_v3\""}});
+  // A mixture of experts whose 3 experts do not divide over groups of 2 ranks.
+  const std::string three_experts = edited_model("three_experts", {{"\"num_local_experts\": 4", "\"num_local_experts\": 3"}},
+                                                 "tiny_moe_chat");
   const std::string sft = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                           " --cluster.fileroot " + root.string() + " ";
   const std::vector<BadCase> cases = {
@@ -83,6 +86,10 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "option 'actor.router_aux_loss_coef' = 0.01: the model (qwen2, "},
       {"routing replay on a dense model", rl + "actor.router_replay=true",
        "option 'actor.router_replay' = true: the model (qwen2, "},
+      {"expert parallelism on a dense model", rl + "actor.backend=fsdp:d2e2",
+       "option 'actor.backend': expert parallelism (e2) needs a mixture of experts; the model (qwen2, "},
+      {"experts that do not divide over e", rl + "actor.backend=fsdp:d2e2 model_path=" + three_experts,
+       "option 'actor.backend': the model's 3 experts (" + three_experts + ") do not divide over groups of 2 ranks"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

@@ -74,10 +74,11 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
           "[rl][binary][mpi][moe]") {
   const fs::path root = fresh_dir("moe");
   const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
-  auto grpo = [&](const fs::path& fileroot, const std::string& coef, const std::string& replay) {
+  auto grpo = [&](const fs::path& fileroot, const std::string& coef, const std::string& replay,
+                  const std::string& training = "fsdp:d2") {
     return run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + fileroot.string() +
-               " model_path=" + model + " rollout.backend=sglang:d1t2 actor.router_aux_loss_coef=" + coef +
-               " actor.router_replay=" + replay + " reward_fn=command:sh\\ " +
+               " model_path=" + model + " rollout.backend=sglang:d1t2 actor.backend=" + training +
+               " actor.router_aux_loss_coef=" + coef + " actor.router_replay=" + replay + " reward_fn=command:sh\\ " +
                source_path("tests/fixtures/rewards/length_parity.sh"));
   };
   Result r = grpo(root, "0.01", "true");
@@ -123,6 +124,23 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   CHECK(step_off["response_length_mean"].get<double>() == rows[1]["response_length_mean"].get<double>());
   CHECK(std::abs(step_off["grad_norm"].get<double>() - rows[1]["grad_norm"].get<double>()) >
         1e-6 * rows[1]["grad_norm"].get<double>());
+  // Expert parallelism (e = 2: each rank runs 2 of the 4 experts for both ranks' tokens):
+  // the same answers, then the same first update as e = 1, and a checkpoint in the Hub layout.
+  Result ep = grpo(root / "ep", "0.01", "true", "fsdp:d2e2");
+  INFO(ep.output);
+  REQUIRE(ep.exit_code == 0);
+  CHECK_THAT(ep.output, Contains("experts over groups of 2 ranks"));
+  const fs::path ep_dir = root / "ep" / "ci-smoke" / "trial0";
+  const json step_ep = read_jsonl(ep_dir / "stats.jsonl")[1];
+  CHECK(step_ep["reward_mean"].get<double>() == rows[1]["reward_mean"].get<double>());
+  CHECK(step_ep["response_length_mean"].get<double>() == rows[1]["response_length_mean"].get<double>());
+  for (const char* key : {"loss", "grad_norm", "moe_aux_loss", "moe_route_agreement"}) {
+    INFO(key);
+    CHECK(step_ep[key].get<double>() == Approx(rows[1][key].get<double>()).epsilon(1e-5).margin(1e-7));
+  }
+  areal::io::CheckpointReader ep_saved((ep_dir / "checkpoint").string());
+  CHECK(ep_saved.names() == initial.names());
+  CHECK_FALSE(at::equal(ep_saved.read(expert), initial.read(expert)));
 }
 
 TEST_CASE("rl job: the first GRPO step gives the same stats for N = 1 and N = 2",

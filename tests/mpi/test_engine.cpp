@@ -7,6 +7,7 @@
 #include "catch_with_torch.h"
 
 #include "areal/fsdp/engine.h"
+#include "areal/fsdp/expert_parallel.h"
 #include "areal/fsdp/micro_batches.h"
 #include "areal/fsdp/policy.h"
 #include "areal/fsdp/overlap.h"
@@ -180,6 +181,72 @@ TEST_CASE("engine: the routers' load-balancing loss gives the whole model's grad
       CHECK(std::abs(stats.aux_loss_sum.item<double>() - my_aux) < 1e-5);
       check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
     }
+}
+
+// Expert parallelism (actor.backend fsdp:dNeE): each rank runs experts/e of every sparse
+// layer for the tokens of its group of e ranks (sent and returned by all-to-all), and
+// gathers only the weights it runs; loss, load-balancing loss and gradients are the whole
+// model's, both ways of running the layers, with padding. Runs where e divides the ranks.
+TEST_CASE("engine: expert parallelism gives the whole model's loss and gradients", "[mpi][engine][moe]") {
+  for (int degree : {2, 4}) {
+    if (g_me.world_size % degree != 0) continue;
+    for (const auto& name : {"qwen3_moe", "qwen3_moe_step", "mixtral"})
+      for (bool checkpointing : {false, true}) {
+        INFO(name << ", e = " << degree << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
+        const std::string path = kFixtures + "/" + name;
+        LoadedEngine loaded = load_engine(path, checkpointing);
+        FsdpEngine& engine = *loaded.engine;
+        engine.set_expert_parallel(degree);
+        ShardedModel& model = *loaded.init.model;
+        const ModelConfig& c = model.config();
+        // A sparse layer's gather holds this rank's experts only: experts/e of them.
+        const ExpertParallelism& experts = *engine.expert_parallelism();
+        for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+          const size_t unit = static_cast<size_t>(layer) + 1;
+          REQUIRE(experts.covers(unit) == c.layer_is_sparse(layer));
+          if (!experts.covers(unit)) continue;
+          int64_t expert_weights = 0;
+          for (const ParamSlot& slot : experts.local_layout(unit).params)
+            expert_weights += slot.name.find(".experts.") != std::string::npos;
+          CHECK(expert_weights == 3 * c.num_experts / degree);
+          CHECK(experts.local_layout(unit).numel < model.units()[unit].numel);
+        }
+
+        const int64_t rows_per_rank = 2, length = 9;
+        const double weight = 0.5;
+        at::Tensor all_ids = at::randint(c.vocab_size, {rows_per_rank * g_me.world_size, length},
+                                         at::make_generator<at::CPUGeneratorImpl>(43), at::kLong);
+        at::Tensor all_mask = at::ones_like(all_ids);
+        all_mask.select(0, 1).narrow(0, length - 3, 3).zero_();
+        at::Tensor my_ids = all_ids.narrow(0, g_me.rank * rows_per_rank, rows_per_rank);
+        at::Tensor my_mask = all_mask.narrow(0, g_me.rank * rows_per_rank, rows_per_rank);
+        at::Tensor loss = next_token_loss(engine.forward(my_ids, my_mask, RouterLoss{true, weight}), my_ids);
+        loss.backward();
+        const RouterStats stats = engine.take_router_stats();
+
+        auto reference = load_causal_lm(path, at::kFloat);
+        for (auto& p : reference->parameters()) p.requires_grad_(true);
+        std::vector<at::Tensor> losses;
+        double my_loss = 0, my_aux = 0;
+        for (int r = 0; r < g_me.world_size; ++r) {
+          at::Tensor ids = all_ids.narrow(0, r * rows_per_rank, rows_per_rank);
+          at::Tensor mask = all_mask.narrow(0, r * rows_per_rank, rows_per_rank);
+          std::vector<RouterTally> tallies;
+          at::Tensor logits = reference->forward(ids, mask, nullptr, &tallies);
+          at::Tensor token_loss = next_token_loss(logits, ids);
+          at::Tensor aux = load_balancing_loss(c, tallies);
+          if (r == g_me.rank) {
+            my_loss = token_loss.item<double>();
+            my_aux = aux.item<double>();
+          }
+          losses.push_back(token_loss + weight * aux);
+        }
+        at::stack(losses).mean().backward();
+        CHECK(std::abs(loss.item<double>() - my_loss) < 1e-5);
+        CHECK(std::abs(stats.aux_loss_sum.item<double>() - my_aux) < 1e-5);
+        check_grads_equal(gathered_grads(model), reference_grads(*reference));
+      }
+  }
 }
 
 // Routing replay through the Policy and its micro-batches (packed and padded): each

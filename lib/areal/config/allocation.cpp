@@ -42,11 +42,7 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
       case 't': shape.tensor = n; break;
       case 'p': pipeline = n; break;
       case 'c': context = n; break;
-      case 'e':  // AReaL's expert parallelism (MoE)
-        if (n != 1)
-          return refuse("asks for expert parallelism, which areal-train does not have yet (use e1): a mixture of "
-                        "experts' experts are sharded over the ranks with every other weight (docs/models.md)");
-        break;
+      case 'e': shape.expert = n; break;  // AReaL's expert parallelism (MoE)
       default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c, e"));
     }
   }
@@ -55,6 +51,13 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
   if (shape.data == 0) return refuse("gives no data-parallel size 'dN'");
   if (pipeline != 1) return refuse("asks for pipeline parallelism, which areal-train does not have (use p1)");
   if (context != 1) return refuse("asks for context parallelism, which areal-train does not have (use c1)");
+  if (generation && shape.expert != 1)
+    return refuse("asks for expert-parallel generation, which areal-train does not have (use e1): generation splits "
+                  "each expert like an MLP over the t ranks of its group; expert parallelism is for training, in "
+                  "actor.backend (docs/models.md)");
+  if (!generation && shape.data % shape.expert != 0)
+    return refuse(cat("asks for experts over groups of ", shape.expert, " ranks, which does not divide the ", shape.data,
+                      " data-parallel ranks (e folds into d: use an e that divides d)"));
   if (!generation && shape.tensor != 1)
     return refuse("asks for tensor-parallel training, which areal-train does not have: it trains with FSDP "
                   "(tensor parallelism is for generation, in rollout.backend)");
@@ -75,7 +78,9 @@ Allocation parse_allocation(const Config& cfg) {
   } else {
     old.actor = parse_engine_shape(mode, "allocation_mode", false);
   }
-  auto same = [](const EngineShape& x, const EngineShape& y) { return x.data == y.data && x.tensor == y.tensor; };
+  auto same = [](const EngineShape& x, const EngineShape& y) {
+    return x.data == y.data && x.tensor == y.tensor && x.expert == y.expert;
+  };
   if ((!a.rollout.engine.empty() && !old.rollout.engine.empty() && !same(a.rollout, old.rollout)) ||
       (!a.actor.engine.empty() && !same(a.actor, old.actor)))
     throw ConfigError(cat("option 'allocation_mode': '", mode, "' disagrees with rollout.backend '",
@@ -118,6 +123,7 @@ std::string describe_allocation(const Allocation& a) {
              " tensor-parallel ", a.rollout.tensor == 1 ? "rank" : "ranks",
              builtin_name ? "" : cat(" (the built-in engine in the shape of ", a.rollout.engine, ")"),
              "; training: FSDP over ", a.actor.data, a.actor.data == 1 ? " rank" : " ranks",
+             a.actor.expert > 1 ? cat(", experts over groups of ", a.actor.expert, " ranks") : std::string(),
              a.separate ? cat("; separate (asynchronous RL): ranks 0-", a.generation_ranks() - 1, " generate, ranks ",
                               a.generation_ranks(), "-", a.generation_ranks() + a.actor.ranks() - 1, " train")
                         : std::string("; colocated"));

@@ -10,11 +10,14 @@
 
 namespace areal {
 
-// One engine's shape: `engine:dDtTpP` (any order of the dimensions; absent = 1).
+// One engine's shape: `engine:dDtTpPeE` (any order of the dimensions; absent = 1).
 struct EngineShape {
   std::string engine;  // "areal", "sglang", "vllm" (generation); "fsdp" (training); "" when not given
   int64_t data = 0;    // D replicas; 0 when not given (every rank)
   int64_t tensor = 1;  // T ranks per replica
+  // Training only: a mixture of experts' experts computed by groups of E of the D ranks
+  // (expert parallelism, AReaL's `e`: folded into the data-parallel ranks, not added to them).
+  int64_t expert = 1;
   int64_t ranks() const { return data * tensor; }
 };
 

@@ -260,7 +260,9 @@ std::vector<OptionSpec> declare_options() {
       // ---- actor (the policy being trained) ----
       OPTION(actor.backend)
           .doc("Training shape, AReaL's spelling `fsdp:dN` (N data-parallel FSDP ranks; N = the world "
-               "size). Empty: every rank trains."),
+               "size), or `fsdp:dNeE` for a mixture of experts: each group of E of the N ranks runs "
+               "experts/E of every sparse layer for the group's tokens (expert parallelism; E divides N and "
+               "the experts). Empty: every rank trains."),
       OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),

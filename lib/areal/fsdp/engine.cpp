@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "areal/fsdp/buffer_pool.h"
+#include "areal/fsdp/expert_parallel.h"
 #include "areal/fsdp/overlap.h"
 #include "areal/model/functional.h"
 #include "areal/util/strings.h"
@@ -109,7 +110,13 @@ struct UnitCall {
   GatherKey key(bool adapter, bool backward) const {
     return {record->id, static_cast<int64_t>(use), adapter, backward};
   }
-  const UnitLayout& base_layout() const { return engine->model().units().at(unit); }
+  // A sparse layer under expert parallelism gathers only the weights this rank runs.
+  bool expert_parallel() const {
+    return engine->expert_parallelism() && engine->expert_parallelism()->covers(unit);
+  }
+  const UnitLayout& base_layout() const {
+    return expert_parallel() ? engine->expert_parallelism()->local_layout(unit) : engine->model().units().at(unit);
+  }
   const UnitLayout& adapter_layout() const { return engine->model().adapter_units().at(unit - 1); }
   // The unit whose gradient this use produces: the adapters with LoRA (nullptr for a
   // use without them: the base is frozen), else the base unit.
@@ -175,8 +182,9 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
   at::Tensor keys, values;  // no cache in training
   ExpertChoices choices{call.replay, {}};
   const bool routed = call.replay.defined() || chosen;
+  const ExpertParallel* experts = call.expert_parallel() ? &call.engine->expert_parallelism()->layer_parallel() : nullptr;
   at::Tensor out = decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(),
-                                 {}, router, routed ? &choices : nullptr);
+                                 {}, router, routed ? &choices : nullptr, experts);
   if (chosen) *chosen = choices.chosen;
   return out;
 }
@@ -248,6 +256,18 @@ PooledFlat take_unit(FsdpEngine& engine, const GatherKey& key, const UnitLayout&
   return flat;
 }
 
+// A sparse layer's weights that this rank runs (expert parallelism), gathered now (into
+// the recorded graph's flat when given): its all-to-all is not prefetched.
+PooledFlat take_local_unit(FsdpEngine& engine, size_t unit, const at::Tensor& shard, const at::Tensor& graph_flat) {
+  ExpertParallelism& experts = *engine.expert_parallelism();
+  PooledFlat flat = flat_for(engine, experts.local_layout(unit), graph_flat, shard.device());
+  // Written through a tensor with a version counter of its own: a recorded graph's saved
+  // views of this flat must not see the refill as an in-place change.
+  at::Tensor out = flat.tensor().variable_data();
+  experts.gather(unit, shard_to_send(engine, shard), out);
+  return flat;
+}
+
 // The base unit's and (with LoRA on for this use) the adapters' gathered weights, for
 // the use's forward or its backward (a recorded graph's flats in backward).
 struct GatheredUse {
@@ -258,8 +278,10 @@ struct GatheredUse {
     ShardedModel& model = engine.model();
     const ForwardRecord::Use& use = call.record->uses.at(call.use);
     const bool graph = backward && call.keep_graph;
-    base = take_unit(engine, call.key(false, backward), call.base_layout(), model.shard(call.unit),
-                     graph ? use.flat : at::Tensor());
+    const at::Tensor graph_flat = graph ? use.flat : at::Tensor();
+    base = call.expert_parallel()
+               ? take_local_unit(engine, call.unit, model.shard(call.unit), graph_flat)
+               : take_unit(engine, call.key(false, backward), call.base_layout(), model.shard(call.unit), graph_flat);
     if (call.with_adapter)
       adapter = take_unit(engine, call.key(true, backward), call.adapter_layout(), model.adapter_shard(call.unit - 1),
                           graph ? use.adapter_flat : at::Tensor());
@@ -275,7 +297,9 @@ void start_use(FsdpEngine& engine, const ForwardRecord& record, size_t i, bool b
   const ForwardRecord::Use& use = record.uses[i];
   ShardedModel& model = engine.model();
   const GatherKey key{record.id, static_cast<int64_t>(i), false, backward};
-  start_unit(engine, key, model.units().at(use.unit), model.shard(use.unit), backward ? use.flat : at::Tensor());
+  const bool local = engine.expert_parallelism() && engine.expert_parallelism()->covers(use.unit);
+  if (!local)
+    start_unit(engine, key, model.units().at(use.unit), model.shard(use.unit), backward ? use.flat : at::Tensor());
   if (use.with_adapter)
     start_unit(engine, GatherKey{record.id, static_cast<int64_t>(i), true, backward},
                model.adapter_units().at(use.unit - 1), model.adapter_shard(use.unit - 1),
@@ -300,8 +324,11 @@ void start_backward_gathers(FsdpEngine& engine, const ForwardRecord& record, siz
 // padding zeroed, reduce-scattered (averaged over ranks) and added to `target`'s
 // gradient in float32. With prefetch the reduce-scatter stays in flight while the next
 // unit's backward computes; Overlap::finish completes it at the end of the backward.
+// `local_unit`: `layout` is that sparse layer's local_layout (expert parallelism), whose
+// gradient goes back to the shards by ExpertParallelism::reduce, in place.
 void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& target,
-                          const std::function<void(size_t, at::Tensor)>& fill) {
+                          const std::function<void(size_t, at::Tensor)>& fill,
+                          std::optional<size_t> local_unit = std::nullopt) {
   const at::Device device = engine.model().shard(0).device();
   at::Tensor block = engine.buffers().acquire(layout.padded_numel, engine.grad_reduce_dtype(), device);
   at::Tensor flat = block.narrow(0, 0, layout.padded_numel);
@@ -310,6 +337,12 @@ void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at
     fill(i, flat.narrow(0, slot.offset, slot.numel).view(slot.shape));
   }
   flat.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
+  if (local_unit) {
+    at::Tensor shard_grad = engine.expert_parallelism()->reduce(*local_unit, flat);
+    engine.buffers().release(std::move(block));
+    accumulate_grad(target, std::move(shard_grad));
+    return;
+  }
   if (engine.comm().world_size() == 1) {  // the flat gradient is the shard's: no reduction
     // Added into the gradient from a pooled block (a fresh buffer per use would fault in
     // every page again); only the first use of a shard gets a gradient tensor of its own.
@@ -450,11 +483,15 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     }
     auto grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
+    const bool local = trained && !engine.model().has_adapters() && call.expert_parallel();
     if (trained)
-      reduce_unit_gradient(engine, *trained, trained_shard(call), [&](size_t i, at::Tensor view) {
-        if (grads[i].defined()) view.copy_(grads[i]);
-        else view.zero_();
-      });
+      reduce_unit_gradient(
+          engine, *trained, trained_shard(call),
+          [&](size_t i, at::Tensor view) {
+            if (grads[i].defined()) view.copy_(grads[i]);
+            else view.zero_();
+          },
+          local ? std::optional<size_t>(call.unit) : std::nullopt);
     gathered.release();
     // The recorded graph's activations go now, not when the whole backward ends.
     for (const char* key : {"graph_output", "x_leaf", "leaves", "router_probability_sum"}) ctx->saved_data.erase(key);
@@ -471,6 +508,7 @@ std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, 
                                              dtype_from_name(cfg.actor.grad_reduce_dtype));
   engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
   engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
+  engine->set_expert_parallel(static_cast<int>(expert_parallel_degree(cfg)));
   return engine;
 }
 
@@ -490,6 +528,11 @@ FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType c
       buffers_(std::make_unique<BufferPool>()),
       overlap_(std::make_unique<Overlap>(comm)) {
   for (at::Tensor& shard : model_.trainable_shards()) shard.requires_grad_(true);
+}
+
+void FsdpEngine::set_expert_parallel(int degree) {
+  experts_.reset();
+  if (degree > 1) experts_ = std::make_shared<ExpertParallelism>(comm_, model_.config(), model_.units(), degree);
 }
 
 FsdpEngine::~FsdpEngine() {

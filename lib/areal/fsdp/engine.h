@@ -26,6 +26,7 @@
 namespace areal {
 
 class BufferPool;
+class ExpertParallelism;
 class Overlap;
 struct ForwardRecord;
 
@@ -94,6 +95,13 @@ class FsdpEngine {
   void set_prefetch_depth(int64_t depth) { prefetch_depth_ = depth < 0 ? 0 : static_cast<size_t>(depth); }
   size_t prefetch_depth() const { return prefetch_depth_; }
 
+  // Expert parallelism (expert_parallel.h): a mixture of experts' sparse layers run their
+  // experts in groups of `degree` ranks. Collective (makes the groups); 1: none.
+  void set_expert_parallel(int degree);
+  // The same groups as another engine's over the same layout (a reference model's engine).
+  void share_expert_parallel(const FsdpEngine& other) { experts_ = other.experts_; }
+  ExpertParallelism* expert_parallelism() const { return experts_.get(); }
+
   // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
   BufferPool& buffers() { return *buffers_; }
   // The collectives in flight beside the compute (overlap.h).
@@ -119,6 +127,7 @@ class FsdpEngine {
   bool overlap_finish_queued_ = false;
   std::unique_ptr<BufferPool> buffers_;
   std::unique_ptr<Overlap> overlap_;
+  std::shared_ptr<ExpertParallelism> experts_;
   RouterStats router_stats_;
 
   void finish_overlap();
@@ -126,8 +135,8 @@ class FsdpEngine {
 };
 
 // The engine the config asks for over `model`: compute in actor.dtype, gradients
-// reduced in actor.grad_reduce_dtype, actor.gradient_checkpointing and
-// fsdp.prefetch_depth. The one place these options become an engine (Policy and
+// reduced in actor.grad_reduce_dtype, actor.gradient_checkpointing,
+// fsdp.prefetch_depth and actor.backend's expert parallelism (e). The one place these options become an engine (Policy and
 // make_fsdp_engine both build theirs here).
 std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, Communicator& comm);
 

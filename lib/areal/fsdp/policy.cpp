@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "areal/config/allocation.h"
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/lora.h"
 #include "areal/fsdp/overlap.h"
@@ -32,7 +33,17 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0 && cfg.actor.router_replay)
     throw ConfigError(cat("option 'actor.router_replay' = true: the model (", model.model_type, ", ", cfg.model_path,
                           ") is dense and has no router to replay"));
+  const int64_t expert_ranks = expert_parallel_degree(cfg);
+  if (expert_ranks > 1 && model.num_experts == 0)
+    throw ConfigError(cat("option 'actor.backend': expert parallelism (e", expert_ranks, ") needs a mixture of experts; "
+                          "the model (", model.model_type, ", ", cfg.model_path, ") is dense (use e1)"));
+  if (expert_ranks > 1 && model.num_experts % expert_ranks != 0)
+    throw ConfigError(cat("option 'actor.backend': the model's ", model.num_experts, " experts (", cfg.model_path,
+                          ") do not divide over groups of ", expert_ranks, " ranks (e", expert_ranks,
+                          "); use an e that divides ", model.num_experts));
 }
+
+int64_t expert_parallel_degree(const Config& cfg) { return parse_allocation(cfg).actor.expert; }
 
 double router_aux_loss_coef(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0) return 0;
@@ -60,6 +71,7 @@ void Policy::keep_reference() {
     reference_model_ = model_.frozen_copy();
     // No backward runs through the reference: its gradients are never reduced.
     reference_engine_ = std::make_unique<FsdpEngine>(*reference_model_, comm_, engine_->compute_dtype(), at::kFloat);
+    reference_engine_->share_expert_parallel(*engine_);
   }
   reference_kept_ = true;
 }

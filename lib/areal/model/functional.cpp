@@ -165,10 +165,57 @@ at::Tensor load_balancing_loss(const ModelConfig& c, const std::vector<RouterTal
   return (counts / tokens * (probabilities / tokens)).sum() * static_cast<double>(c.num_experts);
 }
 
-at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x,
-                          const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
-                          RouterTally* router, const at::Tensor& present, ExpertChoices* choices) {
+namespace {
+
+using ExpertLinear = std::function<at::Tensor(const at::Tensor&, const std::string&)>;
+
+// Expert `e`'s MLP on its rows (SwiGLU, as transformers).
+at::Tensor run_expert(const ModelConfig& c, int64_t e, const at::Tensor& in, const ExpertLinear& linear) {
   using P = ModelConfig::ExpertProjection;
+  auto name = [](const std::string& weight) { return weight.substr(0, weight.size() - std::string(".weight").size()); };
+  return linear(at::silu(linear(in, name(c.expert_weight(e, P::Gate)))) * linear(in, name(c.expert_weight(e, P::Up))),
+                name(c.expert_weight(e, P::Down)));
+}
+
+// Expert parallelism: the rows `sent` (sorted by expert, count[e] of expert e) go to the
+// ranks that hold their experts; each rank runs its experts over the rows of every rank
+// of its group (each expert's rows in one product per projection) and sends the outputs
+// back, which arrive in `sent`'s order.
+at::Tensor through_parallel_experts(const ModelConfig& c, const ExpertParallel& p, const at::Tensor& sent,
+                                    const int64_t* count, const ExpertLinear& linear) {
+  const int64_t local = c.num_experts / p.ranks, first = p.rank * local;
+  std::vector<int64_t> send_rows(p.ranks, 0), recv_rows(p.ranks, 0);
+  for (int64_t e = 0; e < c.num_experts; ++e) send_rows[e / local] += count[e];
+  // received[s * local + l]: the rows rank s sends for this rank's expert l (in that order).
+  const std::vector<int64_t> received =
+      p.exchange_counts(std::vector<int64_t>(count, count + c.num_experts), local);
+  for (int64_t s = 0; s < p.ranks; ++s)
+    for (int64_t l = 0; l < local; ++l) recv_rows[s] += received[s * local + l];
+  const at::Tensor rows = p.exchange(sent, send_rows, recv_rows);
+  // The received rows regrouped by expert: expert l's from every source in turn.
+  std::vector<int64_t> by_expert, expert_rows(local, 0);
+  by_expert.reserve(rows.size(0));
+  for (int64_t l = 0; l < local; ++l)
+    for (int64_t s = 0, source_begin = 0; s < p.ranks; source_begin += recv_rows[s], ++s) {
+      int64_t at = source_begin;
+      for (int64_t before = 0; before < l; ++before) at += received[s * local + before];
+      for (int64_t i = 0; i < received[s * local + l]; ++i) by_expert.push_back(at + i);
+      expert_rows[l] += received[s * local + l];
+    }
+  const at::Tensor index = at::tensor(by_expert, at::kLong).to(rows.device());
+  const at::Tensor grouped = rows.index_select(0, index);
+  std::vector<at::Tensor> outputs;
+  for (int64_t l = 0, begin = 0; l < local; begin += expert_rows[l], ++l)
+    if (expert_rows[l] > 0) outputs.push_back(run_expert(c, first + l, grouped.narrow(0, begin, expert_rows[l]), linear));
+  const at::Tensor out = outputs.empty() ? at::zeros({0, sent.size(1)}, sent.options()) : at::cat(outputs);
+  return p.exchange(out.index_select(0, at::argsort(index)), recv_rows, send_rows);
+}
+
+}  // namespace
+
+at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at::Tensor& x, const ExpertLinear& linear,
+                          RouterTally* router, const at::Tensor& present, ExpertChoices* choices,
+                          const ExpertParallel* parallel) {
   const at::Tensor tokens = x.reshape({-1, x.size(-1)});
   const ExpertRouting routing =
       route_tokens(c, w(c.router_weight()), tokens, choices ? choices->replay : at::Tensor());
@@ -183,28 +230,30 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
   const at::Tensor weight_of = routing.weights.reshape({-1}).index_select(0, order);
   const at::Tensor counts = at::bincount(pairs, {}, c.num_experts).to(at::kCPU);
   const int64_t* count = counts.data_ptr<int64_t>();
-  // Each expert's weighted outputs back in (token, choice) order. Without a graph they go
-  // straight to their rows (one pass); with one, a concatenation reordered once, whose
-  // backward is two passes (in-place row copies would cost autograd a copy of the whole
-  // buffer per expert). The same values either way.
-  const bool graph = at::GradMode::is_enabled();
-  std::vector<at::Tensor> outputs;  // with a graph: in the sorted order
-  at::Tensor unsorted;
-  int64_t begin = 0;
-  for (int64_t e = 0; e < c.num_experts; begin += count[e], ++e) {
-    if (count[e] == 0) continue;
-    const at::Tensor in = tokens.index_select(0, token_of.narrow(0, begin, count[e]));
-    auto name = [](const std::string& weight) { return weight.substr(0, weight.size() - std::string(".weight").size()); };
-    at::Tensor h = at::silu(linear(in, name(c.expert_weight(e, P::Gate)))) * linear(in, name(c.expert_weight(e, P::Up)));
-    at::Tensor out = linear(h, name(c.expert_weight(e, P::Down))) * weight_of.narrow(0, begin, count[e]).unsqueeze(1);
-    if (graph) {
-      outputs.push_back(std::move(out));
-      continue;
+  at::Tensor unsorted;  // each expert's weighted outputs back in (token, choice) order
+  if (parallel && parallel->ranks > 1) {
+    const at::Tensor out = through_parallel_experts(c, *parallel, tokens.index_select(0, token_of), count, linear);
+    unsorted = (out * weight_of.unsqueeze(1)).index_select(0, at::argsort(order));
+  } else {
+    // Without a graph the outputs go straight to their rows (one pass); with one, a
+    // concatenation reordered once, whose backward is two passes (in-place row copies
+    // would cost autograd a copy of the whole buffer per expert). The same values either way.
+    const bool graph = at::GradMode::is_enabled();
+    std::vector<at::Tensor> outputs;  // with a graph: in the sorted order
+    int64_t begin = 0;
+    for (int64_t e = 0; e < c.num_experts; begin += count[e], ++e) {
+      if (count[e] == 0) continue;
+      const at::Tensor in = tokens.index_select(0, token_of.narrow(0, begin, count[e]));
+      at::Tensor out = run_expert(c, e, in, linear) * weight_of.narrow(0, begin, count[e]).unsqueeze(1);
+      if (graph) {
+        outputs.push_back(std::move(out));
+        continue;
+      }
+      if (!unsorted.defined()) unsorted = at::empty({pairs.size(0), tokens.size(1)}, out.options());
+      unsorted.index_copy_(0, order.narrow(0, begin, count[e]), out);
     }
-    if (!unsorted.defined()) unsorted = at::empty({pairs.size(0), tokens.size(1)}, out.options());
-    unsorted.index_copy_(0, order.narrow(0, begin, count[e]), out);
+    if (graph) unsorted = at::cat(outputs).index_select(0, at::argsort(order));
   }
-  if (graph) unsorted = at::cat(outputs).index_select(0, at::argsort(order));
   // Summed over the choices in one reduction (float32 accumulation for bfloat16, the
   // same order on every device), as transformers sums them.
   return unsorted.view({tokens.size(0), k, tokens.size(1)}).sum(1).to(x.scalar_type()).view(x.sizes());
@@ -212,7 +261,8 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
 
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
-                         const PartialSumReduce& reduce, RouterTally* router, ExpertChoices* choices) {
+                         const PartialSumReduce& reduce, RouterTally* router, ExpertChoices* choices,
+                         const ExpertParallel* experts) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -267,7 +317,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
                                                            : "post_attention_layernorm.weight"));
   at::Tensor mlp;
   if (c.layer_is_sparse(layer)) {
-    mlp = expert_mixture(c, w, m, linear, router, attention.present, choices);
+    mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, experts);
   } else {
     at::Tensor gate = linear(m, "mlp.gate_proj");
     gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);

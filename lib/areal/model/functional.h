@@ -91,6 +91,21 @@ struct ExpertChoices {
   at::Tensor chosen;  // out: [N, k] int64 the router's own top-k of each token (route_tokens' order)
 };
 
+// Expert parallelism (fsdp/expert_parallel.h): a sparse layer's experts computed by a
+// group of `ranks` ranks, rank p holding experts [p * E / ranks, (p + 1) * E / ranks) for
+// the tokens of every rank of its group. The model knows nothing of ranks: it calls these.
+struct ExpertParallel {
+  int64_t ranks = 1;
+  int64_t rank = 0;  // in the group
+  // Rows back to back by destination (send_rows[p] rows for rank p) -> the rows every rank
+  // sent this one, back to back by source (recv_rows[p] from rank p). Differentiable.
+  std::function<at::Tensor(const at::Tensor& rows, const std::vector<int64_t>& send_rows,
+                           const std::vector<int64_t>& recv_rows)>
+      exchange;
+  // Counts, `per_rank` of them for each rank in turn -> those every rank sent this one.
+  std::function<std::vector<int64_t>(const std::vector<int64_t>& counts, int64_t per_rank)> exchange_counts;
+};
+
 // transformers' load-balancing loss over `tallies` (one per sparse layer):
 // experts * sum_e (C_e / R) * (P_e / R), C and P summed over the layers, R the tokens
 // of all layers. Differentiable through the probability sums.
@@ -106,10 +121,12 @@ at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<Rout
 // `layer`: its index (Gemma's sliding layers take the local rotary tables).
 // `router`: when given and the layer is sparse, filled with its router's tally;
 // `choices` likewise, read and filled (ExpertChoices; N = B x T tokens, row-major).
+// `experts`: a sparse layer's experts run expert-parallel (then `w` has this rank's only).
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {},
-                         RouterTally* router = nullptr, ExpertChoices* choices = nullptr);
+                         RouterTally* router = nullptr, ExpertChoices* choices = nullptr,
+                         const ExpertParallel* experts = nullptr);
 
 // A sparse layer's router on tokens [N, hidden]: logits [N, experts], and each token's
 // top num_experts_per_tok experts [N, k] (int64) with their weights [N, k] (softmax
@@ -128,10 +145,12 @@ ExpertRouting route_tokens(const ModelConfig& config, const at::Tensor& router_w
 // `linear(in, name)` applies the layer's linear `name` (with its LoRA adapter when set).
 // `router`: filled with the tally of the tokens `present` marks (undefined: all), when given
 // (the router's own choices, replayed or not); `choices`: read and filled (ExpertChoices).
+// `parallel`: the tokens' rows go to the ranks that hold their experts and their outputs
+// come back (ExpertParallel); the same sums as on one rank.
 at::Tensor expert_mixture(const ModelConfig& config, const LayerWeights& w, const at::Tensor& x,
                           const std::function<at::Tensor(const at::Tensor&, const std::string&)>& linear,
                           RouterTally* router = nullptr, const at::Tensor& present = {},
-                          ExpertChoices* choices = nullptr);
+                          ExpertChoices* choices = nullptr, const ExpertParallel* parallel = nullptr);
 
 // Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,
