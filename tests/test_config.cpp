@@ -363,8 +363,10 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   CHECK(shapes("", "", "sglang:d1t2+fsdp:d2e2", 2).actor.expert == 2);
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d4e3", "static", 4); }),
              Contains("'actor.backend'") && Contains("groups of 3 ranks") && Contains("4 data-parallel ranks"));
-  CHECK_THAT(error_of([&] { shapes("sglang:d1t2e2", "", "static", 2); }),
-             Contains("'rollout.backend'") && Contains("expert-parallel generation"));
+  // Generation: experts whole over a group's t ranks (e = t) or each split over them (e1).
+  CHECK(shapes("sglang:d1t2e2", "", "static", 2).rollout.expert == 2);
+  CHECK_THAT(error_of([&] { shapes("sglang:d1t4e2", "", "static", 4); }),
+             Contains("'rollout.backend'") && Contains("experts over 2 of the group's 4 tensor-parallel ranks"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d2e2", "sglang:d2+fsdp:d2e1", 2); }), Contains("disagrees"));
 }
 

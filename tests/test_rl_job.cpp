@@ -75,9 +75,9 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   const fs::path root = fresh_dir("moe");
   const std::string model = source_path("tests/fixtures/models/tiny_moe_chat");
   auto grpo = [&](const fs::path& fileroot, const std::string& coef, const std::string& replay,
-                  const std::string& training = "fsdp:d2") {
+                  const std::string& training = "fsdp:d2", const std::string& generation = "sglang:d1t2") {
     return run(kMpirun + " -np 2 " + kBin + " --config configs/ci_smoke.yaml cluster.fileroot=" + fileroot.string() +
-               " model_path=" + model + " rollout.backend=sglang:d1t2 actor.backend=" + training +
+               " model_path=" + model + " rollout.backend=" + generation + " actor.backend=" + training +
                " actor.router_aux_loss_coef=" + coef + " actor.router_replay=" + replay + " reward_fn=command:sh\\ " +
                source_path("tests/fixtures/rewards/length_parity.sh"));
   };
@@ -124,9 +124,10 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   CHECK(step_off["response_length_mean"].get<double>() == rows[1]["response_length_mean"].get<double>());
   CHECK(std::abs(step_off["grad_norm"].get<double>() - rows[1]["grad_norm"].get<double>()) >
         1e-6 * rows[1]["grad_norm"].get<double>());
-  // Expert parallelism (e = 2: each rank runs 2 of the 4 experts for both ranks' tokens):
-  // the same answers, then the same first update as e = 1, and a checkpoint in the Hub layout.
-  Result ep = grpo(root / "ep", "0.01", "true", "fsdp:d2e2");
+  // Expert parallelism (e = 2: in training each rank runs 2 of the 4 experts for both
+  // ranks' tokens; in generation each holds 2 experts whole): the same answers, then the
+  // same first update as e = 1, and a checkpoint in the Hub layout.
+  Result ep = grpo(root / "ep", "0.01", "true", "fsdp:d2e2", "sglang:d1t2e2");
   INFO(ep.output);
   REQUIRE(ep.exit_code == 0);
   CHECK_THAT(ep.output, Contains("experts over groups of 2 ranks"));

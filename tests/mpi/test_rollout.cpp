@@ -125,6 +125,30 @@ TEST_CASE("rollout: tensor-parallel generation from the shards equals the whole 
             CHECK(std::abs(got->logprobs[k] - want->logprobs[k]) < 1e-5);
         }
       }
+      if (c.num_experts == 0 || t == 1) continue;
+      // rollout.backend eT: the experts whole, E/t on each rank (the same bytes as 1/t of
+      // each), each rank running its own experts' rows: the same answers.
+      RolloutModel whole_experts(sharded, group.get(), at::kFloat, at::Device("cpu"), /*whole_experts=*/true);
+      CHECK(whole_experts.weight_bytes() == policy.weight_bytes());
+      int64_t expert_weights = 0;
+      for (const auto& [slice_name, slice] : whole_experts.named_slices())
+        if (slice_name.find(".experts.") != std::string::npos) {
+          ++expert_weights;
+          CHECK(slice.sizes() == whole->named_parameters()[slice_name].sizes());
+        }
+      CHECK(expert_weights == 3 * c.sparse_layer_count() * c.num_experts / t);
+      std::vector<at::Generator> mine_whole = generators();
+      const std::vector<Generated> whole_sampled = generate(whole_experts, prompts, sampled, mine_whole);
+      const std::vector<Generated> whole_greedy = generate(whole_experts, prompts, greedy, none);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        INFO("answer " << i << ", experts whole");
+        for (const auto& [got, want] : {std::pair{&whole_sampled[i], &want_sampled[i]}, {&whole_greedy[i], &want_greedy[i]}}) {
+          REQUIRE(got->tokens == want->tokens);
+          CHECK(got->experts == want->experts);
+          for (size_t k = 0; k < got->logprobs.size(); ++k)
+            CHECK(std::abs(got->logprobs[k] - want->logprobs[k]) < 1e-5);
+        }
+      }
     }
   }
 }
@@ -145,6 +169,16 @@ TEST_CASE("rollout: a tensor-parallel size that does not split the heads is refu
   CHECK_THROWS_WITH(check_tensor_parallel(c, 6), Catch::Matchers::Contains("4 key/value heads"));
   c.intermediate_size = 50;
   CHECK_THROWS_WITH(check_tensor_parallel(c, 4), Catch::Matchers::Contains("intermediate_size"));
+  // A mixture of experts: each expert's channels split over t, or (eT) the experts whole.
+  c.intermediate_size = 48;
+  c.num_experts = 6;
+  c.moe_intermediate_size = 12;
+  CHECK_NOTHROW(check_tensor_parallel(c, 4));
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 4, /*whole_experts=*/true),
+                    Catch::Matchers::Contains("6 experts do not divide over 4 ranks"));
+  CHECK_NOTHROW(check_tensor_parallel(c, 2, /*whole_experts=*/true));
+  c.num_experts = 0;
+  CHECK_THROWS_WITH(check_tensor_parallel(c, 2, /*whole_experts=*/true), Catch::Matchers::Contains("dense"));
 }
 
 TEST_CASE("rollout: sampling over vocabulary slices picks the tokens and log-probs of the whole vocabulary",

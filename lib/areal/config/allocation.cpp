@@ -51,10 +51,9 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
   if (shape.data == 0) return refuse("gives no data-parallel size 'dN'");
   if (pipeline != 1) return refuse("asks for pipeline parallelism, which areal-train does not have (use p1)");
   if (context != 1) return refuse("asks for context parallelism, which areal-train does not have (use c1)");
-  if (generation && shape.expert != 1)
-    return refuse("asks for expert-parallel generation, which areal-train does not have (use e1): generation splits "
-                  "each expert like an MLP over the t ranks of its group; expert parallelism is for training, in "
-                  "actor.backend (docs/models.md)");
+  if (generation && shape.expert != 1 && shape.expert != shape.tensor)
+    return refuse(cat("asks for experts over ", shape.expert, " of the group's ", shape.tensor, " tensor-parallel ranks; "
+                      "generation places them whole over all t ranks (e equal to t) or splits each over t (e1)"));
   if (!generation && shape.data % shape.expert != 0)
     return refuse(cat("asks for experts over groups of ", shape.expert, " ranks, which does not divide the ", shape.data,
                       " data-parallel ranks (e folds into d: use an e that divides d)"));

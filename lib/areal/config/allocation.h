@@ -15,8 +15,9 @@ struct EngineShape {
   std::string engine;  // "areal", "sglang", "vllm" (generation); "fsdp" (training); "" when not given
   int64_t data = 0;    // D replicas; 0 when not given (every rank)
   int64_t tensor = 1;  // T ranks per replica
-  // Training only: a mixture of experts' experts computed by groups of E of the D ranks
-  // (expert parallelism, AReaL's `e`: folded into the data-parallel ranks, not added to them).
+  // A mixture of experts' experts computed by groups of E ranks (expert parallelism, AReaL's
+  // `e`, folded into the ranks, not added to them): in training E of the D ranks; in
+  // generation E = T, experts whole on the group's ranks (1: each expert split over T).
   int64_t expert = 1;
   int64_t ranks() const { return data * tensor; }
 };

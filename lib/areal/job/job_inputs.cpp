@@ -186,7 +186,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
 
   // Tensor-parallel generation splits the heads and the MLP evenly.
   const int64_t t = allocation.tensor_parallel();
-  check_tensor_parallel(model, t);
+  check_tensor_parallel(model, t, allocation.rollout.expert > 1);
 
   if (in.episodic) prepare_episodes(cfg, me, model, t, generates, in);
 
@@ -220,8 +220,9 @@ RlInputs prepare_eval(const Config& cfg, const RankInfo& me, const ModelConfig& 
                               cfg.valid_dataset.answer_key, "' for reward_fn '", cfg.reward_fn,
                               "' to compare against (valid_dataset.answer_key names the field)"));
   check_positions(model, in, data, "valid_dataset.path");
-  const int64_t t = allocation_for_world(cfg, me.world_size).tensor_parallel();
-  check_tensor_parallel(model, t);
+  const Allocation allocation = allocation_for_world(cfg, me.world_size);
+  const int64_t t = allocation.tensor_parallel();
+  check_tensor_parallel(model, t, allocation.rollout.expert > 1);
   if (in.episodic) prepare_episodes(cfg, me, model, t, true, in);
   // A group generates its t ranks' chunks of valid_dataset.batch_size prompts together.
   check_generation_memory(cfg, me, model, in, data, t * cfg.valid_dataset.batch_size * cfg.gconfig.n_samples, t);

@@ -231,18 +231,25 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
   const at::Tensor counts = at::bincount(pairs, {}, c.num_experts).to(at::kCPU);
   const int64_t* count = counts.data_ptr<int64_t>();
   at::Tensor unsorted;  // each expert's weighted outputs back in (token, choice) order
-  if (parallel && parallel->ranks > 1) {
+  if (parallel && parallel->ranks > 1 && parallel->exchange) {
     const at::Tensor out = through_parallel_experts(c, *parallel, tokens.index_select(0, token_of), count, linear);
     unsorted = (out * weight_of.unsqueeze(1)).index_select(0, at::argsort(order));
   } else {
     // Without a graph the outputs go straight to their rows (one pass); with one, a
     // concatenation reordered once, whose backward is two passes (in-place row copies
     // would cost autograd a copy of the whole buffer per expert). The same values either way.
-    const bool graph = at::GradMode::is_enabled();
+    // Experts whole on a generation group's ranks (`parallel` without an exchange): this
+    // rank's experts only, the other rows 0 (partial sums).
+    const bool partial = parallel && parallel->ranks > 1;
+    const int64_t per_rank = c.num_experts / (partial ? parallel->ranks : 1), first = partial ? parallel->rank * per_rank : 0;
+    const bool graph = at::GradMode::is_enabled() && !partial;
+    if (partial)
+      unsorted = at::zeros({pairs.size(0), tokens.size(1)},
+                           tokens.options().dtype(at::promote_types(tokens.scalar_type(), weight_of.scalar_type())));
     std::vector<at::Tensor> outputs;  // with a graph: in the sorted order
     int64_t begin = 0;
     for (int64_t e = 0; e < c.num_experts; begin += count[e], ++e) {
-      if (count[e] == 0) continue;
+      if (count[e] == 0 || e < first || e >= first + per_rank) continue;
       const at::Tensor in = tokens.index_select(0, token_of.narrow(0, begin, count[e]));
       at::Tensor out = run_expert(c, e, in, linear) * weight_of.narrow(0, begin, count[e]).unsqueeze(1);
       if (graph) {

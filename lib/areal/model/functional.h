@@ -94,6 +94,9 @@ struct ExpertChoices {
 // Expert parallelism (fsdp/expert_parallel.h): a sparse layer's experts computed by a
 // group of `ranks` ranks, rank p holding experts [p * E / ranks, (p + 1) * E / ranks) for
 // the tokens of every rank of its group. The model knows nothing of ranks: it calls these.
+// Without `exchange` every rank already has every token (a generation group, rollout/):
+// a rank runs its experts' rows only, and its output is a partial sum that the layer's
+// PartialSumReduce completes.
 struct ExpertParallel {
   int64_t ranks = 1;
   int64_t rank = 0;  // in the group

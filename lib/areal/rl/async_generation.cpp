@@ -121,7 +121,7 @@ GenerationReplica::GenerationReplica(const Config& cfg, const RlInputs& in, cons
   if (in.episodic) episodes_.emplace(in.env.get(), tp_.get(), *in.tokenizer, in.tmpl, in.sampling.stop_ids, in.episodes);
   install_stop_signal_handlers();
   model_.emplace(receive_first_weights(mail_, source_, model_config, tp_.get(), dtype_from_name(cfg.actor.dtype),
-                                       at::Device(me.device), version_));
+                                       at::Device(me.device), version_, a.rollout.expert > 1));
   first_version_ = version_;
   next_ = first_version_ * batch_;
   log::info(cat("generation replica ", replica_, ": weights of step ", version_, " taken; up to ", concurrent_,

@@ -23,7 +23,9 @@ class ColocatedRollout : public RolloutSource {
  public:
   ColocatedRollout(const Config& cfg, const RlInputs& in, const RankInfo& me, Communicator& comm, Policy& policy)
       : cfg_(cfg), in_(in), me_(me), comm_(comm), policy_(policy), last_eval_(Clock::now()) {
-    group_size_ = static_cast<int>(allocation_for_world(cfg, me.world_size).tensor_parallel());
+    const Allocation allocation = allocation_for_world(cfg, me.world_size);
+    group_size_ = static_cast<int>(allocation.tensor_parallel());
+    whole_experts_ = allocation.rollout.expert > 1;
     group_first_ = me.rank / group_size_ * group_size_;
     if (group_size_ > 1) group_comm_ = comm.split(me.rank / group_size_, me.rank % group_size_);
     if (in.episodic)
@@ -70,6 +72,7 @@ class ColocatedRollout : public RolloutSource {
   Communicator& comm_;
   Policy& policy_;
   int group_first_ = 0, group_size_ = 1;
+  bool whole_experts_ = false;  // rollout.backend eT: a mixture of experts' experts whole on the group's ranks
   std::unique_ptr<Communicator> group_comm_;  // the tensor-parallel group (none at t = 1)
   std::optional<EpisodeRunner> episodes_;     // multi-turn episodes
   Clock::time_point last_eval_;
@@ -112,7 +115,7 @@ StepRollout ColocatedRollout::rollout(int64_t step, const std::vector<size_t>& b
   StepRollout out;
   std::vector<SharedPrompt> prompts;  // this rank's
   std::vector<Generated> answers;      // theirs, n_samples per prompt
-  RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device));
+  RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device), whole_experts_);
   out.weight_bytes = slices.weight_bytes();
   generate_round(slices, step, batch, 0, prompts, answers, out.cache_bytes);
   int64_t failures = 0;
@@ -178,7 +181,7 @@ Stats ColocatedRollout::evaluate(const char* when) {
   const auto start = Clock::now();
   last_eval_ = start;
   const PromptDataset& data = *in_.valid;
-  RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device));
+  RolloutModel slices(policy_, group_comm_.get(), policy_.compute_dtype(), at::Device(me_.device), whole_experts_);
   std::vector<size_t> items;  // the group's
   std::vector<bool> mine;     // scored here: each answer is counted by the rank it belongs to
   group_items(group_first_, group_size_, me_.rank, me_.world_size, data.size(), items, mine);

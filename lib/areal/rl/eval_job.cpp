@@ -127,7 +127,8 @@ void run_eval(const Config& cfg, const RlInputs& in, const RankInfo& me, Communi
   if (group_size > 1) group = comm.split(me.rank / group_size, me.rank % group_size);
   std::optional<EpisodeRunner> episodes;
   if (in.episodic) episodes.emplace(in.env.get(), group.get(), *in.tokenizer, in.tmpl, in.sampling.stop_ids, in.episodes);
-  RolloutModel slices(policy, group.get(), policy.compute_dtype(), at::Device(me.device));
+  RolloutModel slices(policy, group.get(), policy.compute_dtype(), at::Device(me.device),
+                      allocation_for_world(cfg, me.world_size).rollout.expert > 1);
 
   std::vector<size_t> items;
   std::vector<bool> mine;

@@ -7,7 +7,7 @@
 
 namespace areal {
 
-void check_tensor_parallel(const ModelConfig& c, int64_t t) {
+void check_tensor_parallel(const ModelConfig& c, int64_t t, bool whole_experts) {
   auto refuse = [&](int64_t count, const char* what) {
     throw ConfigError(cat("option 'rollout.backend': ", t, " tensor-parallel ranks cannot split the model's ", count,
                           " ", what, " evenly; use a t that divides ", c.num_attention_heads,
@@ -15,7 +15,13 @@ void check_tensor_parallel(const ModelConfig& c, int64_t t) {
   };
   if (c.num_attention_heads % t != 0) refuse(c.num_attention_heads, "attention heads (num_attention_heads)");
   if (c.intermediate_size % t != 0) refuse(c.intermediate_size, "MLP channels (intermediate_size)");
-  if (c.num_experts > 0 && c.moe_intermediate_size % t != 0)
+  if (whole_experts && c.num_experts == 0)
+    throw ConfigError(cat("option 'rollout.backend': e", t, " places a mixture of experts' experts whole on the ranks; "
+                          "the model is dense (use e1)"));
+  if (whole_experts && c.num_experts % t != 0)
+    throw ConfigError(cat("option 'rollout.backend': the model's ", c.num_experts, " experts do not divide over ", t,
+                          " ranks (e", t, "); use e1 (each expert split over t) or a t that divides them"));
+  if (c.num_experts > 0 && !whole_experts && c.moe_intermediate_size % t != 0)
     refuse(c.moe_intermediate_size, "channels of each expert (moe_intermediate_size)");
   // Fewer key/value heads than ranks: each is replicated on t / kv_heads ranks.
   const int64_t kv = c.num_key_value_heads;
@@ -43,23 +49,30 @@ RolloutModel::RolloutModel(const CausalLM& model) : config_(model.config()), loc
   for (const auto& item : model.named_parameters()) add_slice(item.key(), item.value(), /*own=*/false);
 }
 
-RolloutModel::RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device)
+RolloutModel::RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device,
+                           bool whole_experts)
     : RolloutModel(
           policy.config(), policy.unit_count(), [&](size_t u) { return policy.unit_weights(u, dtype); }, group, dtype,
-          device) {}
+          device, whole_experts) {}
 
 RolloutModel::RolloutModel(const ModelConfig& config, size_t units, const UnitSource& unit, Communicator* group,
-                           at::ScalarType dtype, const at::Device& device)
+                           at::ScalarType dtype, const at::Device& device, bool whole_experts)
     : config_(config),
       local_(config),
       group_(group),
       tensor_parallel_(group ? group->world_size() : 1),
       rank_(group ? group->rank() : 0) {
-  check_tensor_parallel(config_, tensor_parallel_);
+  const bool whole = whole_experts && tensor_parallel_ > 1;
+  check_tensor_parallel(config_, tensor_parallel_, whole);
   local_.num_attention_heads /= tensor_parallel_;
   local_.num_key_value_heads = tensor_parallel_kv_heads(config_, tensor_parallel_);
   local_.intermediate_size /= tensor_parallel_;
-  local_.moe_intermediate_size /= tensor_parallel_;  // each expert split like the dense MLP; the router whole
+  if (whole) {  // experts whole, E/t on each rank; the router whole
+    whole_experts_.ranks = tensor_parallel_;
+    whole_experts_.rank = rank_;
+  } else {
+    local_.moe_intermediate_size /= tensor_parallel_;  // each expert split like the dense MLP; the router whole
+  }
   vocab_rows_ = (config_.vocab_size + tensor_parallel_ - 1) / tensor_parallel_;
   vocab_begin_ = rank_ * vocab_rows_;
   options_ = at::TensorOptions().dtype(dtype).device(device);
@@ -119,7 +132,11 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     else if (inside == "self_attn.o_proj.weight") slice = columns(q);
     else if (starts_with(inside, "mlp.gate_proj.") || starts_with(inside, "mlp.up_proj.")) slice = rows(mlp);
     else if (inside == "mlp.down_proj.weight") slice = columns(mlp);
-    else if (inside.find(".experts.") != std::string::npos) {  // gate_proj/up_proj (w1/w3) by rows, down_proj (w2) by columns
+    else if (const size_t at = inside.find(".experts."); at != std::string::npos && whole_experts_.ranks > 1) {
+      const int64_t e = std::stoll(inside.substr(at + std::string(".experts.").size()));
+      const int64_t per_rank = config_.num_experts / t;  // whole, on the rank that runs it
+      slice = e / per_rank == r ? whole : at::Tensor();
+    } else if (at != std::string::npos) {  // gate_proj/up_proj (w1/w3) by rows, down_proj (w2) by columns
       const bool down = ends_with(inside, ".down_proj.weight") || ends_with(inside, ".w2.weight");
       slice = down ? columns(expert) : rows(expert);
     }
@@ -167,7 +184,7 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
   at::Tensor unused_keys, unused_values;  // the cache keeps them
   return decoder_layer(local_, static_cast<int64_t>(i), lookup, hidden, attention, unused_keys, unused_values, 0.0,
-                       reduce, nullptr, choices);
+                       reduce, nullptr, choices, whole_experts_.ranks > 1 ? &whole_experts_ : nullptr);
 }
 
 at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {

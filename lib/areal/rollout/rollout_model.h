@@ -28,8 +28,9 @@ namespace areal {
 
 // Throws ConfigError unless `tensor_parallel` ranks can split the model's attention
 // heads and MLP evenly, and its key/value heads evenly or into replicas (t a multiple
-// of them). The vocabulary needs no even split.
-void check_tensor_parallel(const ModelConfig& config, int64_t tensor_parallel);
+// of them), and a mixture of experts' experts: each expert's channels, or with
+// `whole_experts` the experts themselves. The vocabulary needs no even split.
+void check_tensor_parallel(const ModelConfig& config, int64_t tensor_parallel, bool whole_experts = false);
 // Key/value heads on each rank: kv_heads / t, or 1 (replicated) when t > kv_heads.
 int64_t tensor_parallel_kv_heads(const ModelConfig& config, int64_t tensor_parallel);
 
@@ -41,13 +42,18 @@ class RolloutModel {
   // unit by unit from the shards. Collective over the policy's ranks (each unit's
   // gather); `group` is this rank's tensor-parallel group (nullptr: t = 1), used by the
   // forward.
-  RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device);
+  // `whole_experts` (rollout.backend's eT): a mixture of experts' experts are not split
+  // like an MLP but placed whole, experts/t on each rank (expert parallelism in the
+  // group: every rank has every token, runs its own experts' rows, and the layer's sum
+  // over the group adds the others').
+  RolloutModel(const Policy& policy, Communicator* group, at::ScalarType dtype, const at::Device& device,
+               bool whole_experts = false);
   // The same from units that come one at a time from elsewhere (asynchronous RL: the
   // trainer sends them, weight_sync.h): `unit(u)` returns unit u's weights whole by
   // Hugging Face name, for u < units; each is sliced and dropped before the next.
   using UnitSource = std::function<std::map<std::string, at::Tensor>(size_t u)>;
   RolloutModel(const ModelConfig& config, size_t units, const UnitSource& unit, Communicator* group,
-               at::ScalarType dtype, const at::Device& device);
+               at::ScalarType dtype, const at::Device& device, bool whole_experts = false);
 
   // Newer weights in place, unit by unit (interruptible generation): each slice is
   // replaced as its unit comes, so no second copy of the weights is ever held.
@@ -83,6 +89,7 @@ class RolloutModel {
   ModelConfig local_;  // this rank's head counts
   Communicator* group_ = nullptr;
   int64_t tensor_parallel_ = 1, rank_ = 0;
+  ExpertParallel whole_experts_;  // ranks > 1: experts whole, [rank * E / t, (rank + 1) * E / t) here
   int64_t vocab_begin_ = 0, vocab_rows_ = 0;  // this rank's vocabulary rows (the last rank's padded with zeros)
   at::TensorOptions options_;
   at::Tensor embed_, head_, norm_;  // head_ is embed_ when tied

@@ -88,11 +88,12 @@ int64_t receive_weights(Mailbox& mail, int source, RolloutModel& model) {
 }
 
 RolloutModel receive_first_weights(Mailbox& mail, int source, const ModelConfig& config, Communicator* group,
-                                   at::ScalarType dtype, const at::Device& device, int64_t& version) {
+                                   at::ScalarType dtype, const at::Device& device, int64_t& version,
+                                   bool whole_experts) {
   auto [v, units] = receive_header(mail, source);
   version = v;
   return RolloutModel(config, static_cast<size_t>(units), [&](size_t) { return receive_unit(mail, source); }, group,
-                      dtype, device);
+                      dtype, device, whole_experts);
 }
 
 }  // namespace areal

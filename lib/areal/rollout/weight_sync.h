@@ -44,6 +44,7 @@ int64_t receive_weights(Mailbox& mail, int source, RolloutModel& model);
 // The first version, as a new model of this rank's slices (`group`: its
 // tensor-parallel group, nullptr at t = 1); `version` receives its number.
 RolloutModel receive_first_weights(Mailbox& mail, int source, const ModelConfig& config, Communicator* group,
-                                   at::ScalarType dtype, const at::Device& device, int64_t& version);
+                                   at::ScalarType dtype, const at::Device& device, int64_t& version,
+                                   bool whole_experts = false);
 
 }  // namespace areal
