@@ -264,7 +264,9 @@ PooledFlat take_local_unit(FsdpEngine& engine, size_t unit, const at::Tensor& sh
   // Written through a tensor with a version counter of its own: a recorded graph's saved
   // views of this flat must not see the refill as an in-place change.
   at::Tensor out = flat.tensor().variable_data();
-  experts.gather(unit, shard_to_send(engine, shard), out);
+  at::Tensor scratch = engine.buffers().acquire(experts.pieces_numel(unit), engine.compute_dtype(), shard.device());
+  experts.gather(unit, shard_to_send(engine, shard), out, scratch);
+  engine.buffers().release(std::move(scratch));
   return flat;
 }
 
@@ -338,9 +340,11 @@ void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at
   }
   flat.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
   if (local_unit) {
-    at::Tensor shard_grad = engine.expert_parallelism()->reduce(*local_unit, flat);
+    ExpertParallelism& experts = *engine.expert_parallelism();
+    at::Tensor scratch = engine.buffers().acquire(experts.pieces_numel(*local_unit), flat.scalar_type(), device);
+    experts.reduce(*local_unit, flat, scratch, target);
+    engine.buffers().release(std::move(scratch));
     engine.buffers().release(std::move(block));
-    accumulate_grad(target, std::move(shard_grad));
     return;
   }
   if (engine.comm().world_size() == 1) {  // the flat gradient is the shard's: no reduction

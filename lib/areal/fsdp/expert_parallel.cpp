@@ -144,28 +144,35 @@ ExpertParallelism::ExpertParallelism(Communicator& comm, const ModelConfig& conf
 
 ExpertParallelism::~ExpertParallelism() = default;
 
-void ExpertParallelism::gather(size_t unit, const at::Tensor& shard, at::Tensor& out) {
-  const Plan& plan = plans_.at(unit);
-  std::vector<at::Tensor> parts;
-  for (const Pieces& pieces : plan.send)
-    for (const auto& [offset, count] : pieces) parts.push_back(shard.narrow(0, offset, count));
-  const at::Tensor send = parts.empty() ? at::empty({0}, shard.options()) : at::cat(parts);
-  comm_.all_to_all(send, plan.send_counts, out, plan.recv_counts);
-}
+int64_t ExpertParallelism::pieces_numel(size_t unit) const { return sum(plans_.at(unit).send_counts); }
 
-at::Tensor ExpertParallelism::reduce(size_t unit, const at::Tensor& local_grad) {
+void ExpertParallelism::gather(size_t unit, const at::Tensor& shard, at::Tensor& out, const at::Tensor& scratch) {
   const Plan& plan = plans_.at(unit);
-  at::Tensor received = at::empty({sum(plan.send_counts)}, local_grad.options());
-  comm_.all_to_all(local_grad.contiguous(), plan.recv_counts, received, plan.send_counts);
-  // Every rank's gradient of each piece of this shard, summed in float32 and averaged.
-  at::Tensor shard_grad = at::zeros({plan.shard_numel}, local_grad.options().dtype(at::kFloat));
+  at::Tensor send = scratch.narrow(0, 0, sum(plan.send_counts));
   int64_t at = 0;
   for (const Pieces& pieces : plan.send)
     for (const auto& [offset, count] : pieces) {
-      shard_grad.narrow(0, offset, count).add_(received.narrow(0, at, count));
+      send.narrow(0, at, count).copy_(shard.narrow(0, offset, count));
       at += count;
     }
-  return shard_grad.div_(comm_.world_size());
+  comm_.all_to_all(send, plan.send_counts, out, plan.recv_counts);
+}
+
+void ExpertParallelism::reduce(size_t unit, const at::Tensor& local_grad, const at::Tensor& scratch,
+                               const at::Tensor& target) {
+  const Plan& plan = plans_.at(unit);
+  at::Tensor received = scratch.narrow(0, 0, sum(plan.send_counts));
+  comm_.all_to_all(local_grad.contiguous(), plan.recv_counts, received, plan.send_counts);
+  // Every rank's gradient of each piece of this shard, averaged, into the shard's gradient.
+  at::Tensor& grad = target.mutable_grad();
+  if (!grad.defined()) grad = at::zeros({plan.shard_numel}, target.options().dtype(at::kFloat));
+  const double share = 1.0 / comm_.world_size();
+  int64_t at = 0;
+  for (const Pieces& pieces : plan.send)
+    for (const auto& [offset, count] : pieces) {
+      grad.narrow(0, offset, count).add_(received.narrow(0, at, count), share);
+      at += count;
+    }
 }
 
 }  // namespace areal

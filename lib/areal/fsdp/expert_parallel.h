@@ -43,11 +43,15 @@ class ExpertParallelism {
   const UnitLayout& local_layout(size_t unit) const { return plans_.at(unit).local; }
 
   // Collective over the ranks: this rank's shard of `unit` (in the compute dtype) ->
-  // `out` (local_layout's numel, the same dtype): the weights this rank runs.
-  void gather(size_t unit, const at::Tensor& shard, at::Tensor& out);
-  // Collective over the ranks: the gradient of local_layout's weights -> this rank's
-  // shard of the unit's gradient (float32), averaged over the ranks.
-  at::Tensor reduce(size_t unit, const at::Tensor& local_grad);
+  // `out` (local_layout's numel, the same dtype): the weights this rank runs. `scratch`
+  // (at least pieces_numel(unit) elements, the shard's dtype) holds what is sent.
+  void gather(size_t unit, const at::Tensor& shard, at::Tensor& out, const at::Tensor& scratch);
+  // Collective over the ranks: the gradient of local_layout's weights, averaged over the
+  // ranks, added into the float32 gradient of `target` (this rank's shard of the unit).
+  // `scratch` (at least pieces_numel(unit) elements, local_grad's dtype) receives the pieces.
+  void reduce(size_t unit, const at::Tensor& local_grad, const at::Tensor& scratch, const at::Tensor& target);
+  // The elements of this rank's shard of `unit` that the ranks run, counted once per rank.
+  int64_t pieces_numel(size_t unit) const;
 
   // What a sparse layer's expert_mixture calls (the group's all-to-alls, differentiable).
   const ExpertParallel& layer_parallel() const { return layer_parallel_; }
