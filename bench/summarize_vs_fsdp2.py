@@ -232,8 +232,8 @@ def plot(comparisons, path, meta):
     ax = axes[2]
     ax.bar([x - 0.19 for x in xs], [r["areal_tokens_per_second_per_rank"] for r in train], 0.38, label="areal-train")
     ax.bar([x + 0.19 for x in xs], [r["fsdp2_tokens_per_second_per_rank"] for r in train], 0.38, label="FSDP2")
-    ax.set_xticks(xs, [f"N={r['world_size']}" + (" ckpt" if "checkpointing on" in r["what"] else " keep") +
-                   (f" e{r['experts']}" if r["experts"] > 1 else "") for r in train],
+    ax.set_xticks(xs, [f"N={r['world_size']}\n" + ("ckpt" if "checkpointing on" in r["what"] else "keep") +
+                   (f"\ne{r['experts']}" if r.get("experts", 1) > 1 else "") for r in train],
                   fontsize=7)
     ax.set_title("training tokens/s per rank", fontsize=10)
     ax.set_ylabel("tokens/s")
