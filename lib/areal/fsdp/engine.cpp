@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "areal/fsdp/buffer_pool.h"
+#include "areal/fsdp/context_parallel.h"
 #include "areal/fsdp/expert_parallel.h"
 #include "areal/fsdp/overlap.h"
 #include "areal/model/functional.h"
@@ -183,8 +184,10 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
   ExpertChoices choices{call.replay, {}};
   const bool routed = call.replay.defined() || chosen;
   const ExpertParallel* experts = call.expert_parallel() ? &call.engine->expert_parallelism()->layer_parallel() : nullptr;
+  ContextParallelism* sequence = call.engine->context_parallelism();
+  const ContextParallel* context = sequence ? &sequence->layer_parallel() : nullptr;
   at::Tensor out = decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(),
-                                 {}, router, routed ? &choices : nullptr, experts);
+                                 {}, router, routed ? &choices : nullptr, {experts, context});
   if (chosen) *chosen = choices.chosen;
   return out;
 }
@@ -537,6 +540,11 @@ FsdpEngine::FsdpEngine(ShardedModel& model, Communicator& comm, at::ScalarType c
 void FsdpEngine::set_expert_parallel(int degree) {
   experts_.reset();
   if (degree > 1) experts_ = std::make_shared<ExpertParallelism>(comm_, model_.config(), model_.units(), degree);
+}
+
+void FsdpEngine::set_context_parallel(int degree) {
+  context_.reset();
+  if (degree > 1) context_ = std::make_shared<ContextParallelism>(comm_, model_.config(), degree);
 }
 
 FsdpEngine::~FsdpEngine() {

@@ -26,6 +26,7 @@
 namespace areal {
 
 class BufferPool;
+class ContextParallelism;
 class ExpertParallelism;
 class Overlap;
 struct ForwardRecord;
@@ -101,6 +102,11 @@ class FsdpEngine {
   // The same groups as another engine's over the same layout (a reference model's engine).
   void share_expert_parallel(const FsdpEngine& other) { experts_ = other.experts_; }
   ExpertParallelism* expert_parallelism() const { return experts_.get(); }
+  // Context parallelism (context_parallel.h): each rank of a group of `degree` runs a
+  // chunk of every sequence's tokens (forward's ids are this rank's chunk, the attention
+  // inputs the whole sequence's). Collective (makes the groups); 1: none.
+  void set_context_parallel(int degree);
+  ContextParallelism* context_parallelism() const { return context_.get(); }
 
   // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
   BufferPool& buffers() { return *buffers_; }
@@ -128,6 +134,7 @@ class FsdpEngine {
   std::unique_ptr<BufferPool> buffers_;
   std::unique_ptr<Overlap> overlap_;
   std::shared_ptr<ExpertParallelism> experts_;
+  std::shared_ptr<ContextParallelism> context_;
   RouterStats router_stats_;
 
   void finish_overlap();

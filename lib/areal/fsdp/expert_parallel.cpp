@@ -1,60 +1,23 @@
 #include "areal/fsdp/expert_parallel.h"
 
 #include <ATen/ATen.h>
-#include <torch/autograd.h>
 
 #include <algorithm>
 #include <map>
 #include <stdexcept>
 
+#include "areal/fsdp/row_exchange.h"
 #include "areal/util/strings.h"
 
 namespace areal {
 
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t width) {
-  std::vector<int64_t> elements(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) elements[i] = rows[i] * width;
-  return elements;
-}
-
 int64_t sum(const std::vector<int64_t>& counts) {
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   return total;
 }
-
-// Rows [N, width] to the group's ranks and back (all_to_all on whole rows).
-at::Tensor exchange_rows(Communicator& group, const at::Tensor& rows, const std::vector<int64_t>& send_rows,
-                         const std::vector<int64_t>& recv_rows) {
-  const int64_t width = rows.size(1);
-  at::Tensor out = at::empty({sum(recv_rows), width}, rows.options());
-  group.all_to_all(rows.contiguous(), times(send_rows, width), out, times(recv_rows, width));
-  return out;
-}
-
-// The exchange under autograd: the gradient of the received rows goes back the way
-// they came (the same all-to-all with the counts swapped), so a token's gradient comes
-// home from the rank that ran its expert.
-struct RowExchange : public torch::autograd::Function<RowExchange> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, Communicator* group,
-                            const std::vector<int64_t>& send_rows, const std::vector<int64_t>& recv_rows) {
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
-    ctx->saved_data["send_rows"] = send_rows;
-    ctx->saved_data["recv_rows"] = recv_rows;
-    return exchange_rows(*group, rows, send_rows, recv_rows);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* group = reinterpret_cast<Communicator*>(ctx->saved_data.at("group").toInt());
-    const std::vector<int64_t> send_rows = ctx->saved_data.at("send_rows").toIntVector();
-    const std::vector<int64_t> recv_rows = ctx->saved_data.at("recv_rows").toIntVector();
-    return {exchange_rows(*group, grads[0], recv_rows, send_rows), {}, {}, {}};
-  }
-};
 
 using Intervals = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in the unit's flat, ascending
 
@@ -132,7 +95,7 @@ ExpertParallelism::ExpertParallelism(Communicator& comm, const ModelConfig& conf
   layer_parallel_.rank = rank % degree;
   layer_parallel_.exchange = [group](const at::Tensor& rows, const std::vector<int64_t>& send_rows,
                                      const std::vector<int64_t>& recv_rows) {
-    return RowExchange::apply(rows, group, send_rows, recv_rows);
+    return exchange_rows(*group, rows, send_rows, recv_rows);
   };
   layer_parallel_.exchange_counts = [group](const std::vector<int64_t>& counts, int64_t per_rank) {
     const std::vector<int64_t> each(static_cast<size_t>(group->world_size()), per_rank);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "areal/model/rotary.h"
 #include "areal/model/transformer.h"
@@ -269,7 +270,7 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
                          const PartialSumReduce& reduce, RouterTally* router, ExpertChoices* choices,
-                         const ExpertParallel* experts) {
+                         const LayerParallel& parallel) {
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
@@ -289,8 +290,13 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   }
   const bool local = attention.cos_local.defined() && !c.sliding_layers.empty() && c.sliding_layers.at(layer);
   const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
-  const at::Tensor& cos = local ? attention.cos_local : attention.cos;
-  const at::Tensor& sin = local ? attention.sin_local : attention.sin;
+  const ContextParallel* context = parallel.context && parallel.context->ranks > 1 ? parallel.context : nullptr;
+  if (context && (attention.cached || attention.sequence_starts.defined() || !attention.mask.defined()))
+    throw std::invalid_argument("decoder_layer: context parallelism takes padded rows with a mask (no cache, no packing)");
+  // With context parallelism this rank's tokens are chunk `rank` of the sequence: their rotary rows.
+  auto mine = [&](const at::Tensor& table) { return context ? table.narrow(1, context->rank * length, length) : table; };
+  const at::Tensor cos = mine(local ? attention.cos_local : attention.cos);
+  const at::Tensor sin = mine(local ? attention.sin_local : attention.sin);
   q = apply_rotary(q.transpose(1, 2), cos, sin);
   k = apply_rotary(k.transpose(1, 2), cos, sin);
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
@@ -298,6 +304,15 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   at::Tensor attended;
   if (attention.cached) {
     attended = attention.cached(q, k, v);
+  } else if (context) {  // Ulysses: the whole sequence for this rank's share of the heads, and back
+    // Fewer key/value heads than ranks: each is repeated for the ranks whose query heads share it.
+    auto shared = [&](const at::Tensor& t) {
+      return kv_heads < context->ranks ? t.repeat_interleave(context->ranks / kv_heads, 1) : t;
+    };
+    const bool windowed = window > 0 && attention.mask_local.defined();
+    attended = context->to_tokens(attend(c, context->to_heads(q), context->to_heads(shared(k)),
+                                         context->to_heads(shared(v)), windowed ? attention.mask_local : attention.mask,
+                                         /*causal=*/false));
   } else if (attention.sequence_starts.defined()) {  // packed: causal attention inside each sequence only
     const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
     std::vector<at::Tensor> parts;
@@ -324,7 +339,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
                                                            : "post_attention_layernorm.weight"));
   at::Tensor mlp;
   if (c.layer_is_sparse(layer)) {
-    mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, experts);
+    mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, parallel.experts);
   } else {
     at::Tensor gate = linear(m, "mlp.gate_proj");
     gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);

@@ -109,6 +109,24 @@ struct ExpertParallel {
   std::function<std::vector<int64_t>(const std::vector<int64_t>& counts, int64_t per_rank)> exchange_counts;
 };
 
+// Context parallelism (Ulysses; fsdp/context_parallel.h): every sequence's tokens split
+// over a group of `ranks` ranks in contiguous chunks, rank p holding tokens
+// [p * T / ranks, (p + 1) * T / ranks). Attention exchanges heads for tokens: `to_heads`
+// turns this rank's [B, heads, T / ranks, D] into [B, heads / ranks, T, D] (its share of the
+// heads over the whole sequence), `to_tokens` back. Differentiable. The attention inputs
+// (rotary tables, masks) are the whole sequence's.
+struct ContextParallel {
+  int64_t ranks = 1;
+  int64_t rank = 0;  // in the group
+  std::function<at::Tensor(const at::Tensor&)> to_heads, to_tokens;
+};
+
+// How one layer's work is spread over ranks besides tensor parallelism (none by default).
+struct LayerParallel {
+  const ExpertParallel* experts = nullptr;
+  const ContextParallel* context = nullptr;
+};
+
 // transformers' load-balancing loss over `tallies` (one per sparse layer):
 // experts * sum_e (C_e / R) * (P_e / R), C and P summed over the layers, R the tokens
 // of all layers. Differentiable through the probability sums.
@@ -124,12 +142,14 @@ at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<Rout
 // `layer`: its index (Gemma's sliding layers take the local rotary tables).
 // `router`: when given and the layer is sparse, filled with its router's tally;
 // `choices` likewise, read and filled (ExpertChoices; N = B x T tokens, row-major).
-// `experts`: a sparse layer's experts run expert-parallel (then `w` has this rank's only).
+// `parallel.experts`: a sparse layer's experts run expert-parallel (then `w` has this
+// rank's only); `parallel.context`: `x` is this rank's chunk of each sequence (training,
+// padded rows: no cache, no packing).
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {},
                          RouterTally* router = nullptr, ExpertChoices* choices = nullptr,
-                         const ExpertParallel* experts = nullptr);
+                         const LayerParallel& parallel = {});
 
 // A sparse layer's router on tokens [N, hidden]: logits [N, experts], and each token's
 // top num_experts_per_tok experts [N, k] (int64) with their weights [N, k] (softmax

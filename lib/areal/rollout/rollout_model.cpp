@@ -184,7 +184,7 @@ at::Tensor RolloutModel::layer(size_t i, const at::Tensor& hidden, const Attenti
   if (tensor_parallel_ > 1) reduce = [this](at::Tensor& partial) { all_reduce(partial); };
   at::Tensor unused_keys, unused_values;  // the cache keeps them
   return decoder_layer(local_, static_cast<int64_t>(i), lookup, hidden, attention, unused_keys, unused_values, 0.0,
-                       reduce, nullptr, choices, whole_experts_.ranks > 1 ? &whole_experts_ : nullptr);
+                       reduce, nullptr, choices, {whole_experts_.ranks > 1 ? &whole_experts_ : nullptr, nullptr});
 }
 
 at::Tensor RolloutModel::local_logits(const at::Tensor& hidden) {

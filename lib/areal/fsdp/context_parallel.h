@@ -1,0 +1,39 @@
+// Context parallelism on the FSDP shards (Ulysses; issue 41, the engine's part so far).
+//
+// The ranks form groups of C consecutive ranks; each rank of a group holds a contiguous
+// chunk of every sequence's tokens (rank p: tokens [p * T / C, (p + 1) * T / C)) and runs
+// the layers on them. The projections, norms, MLP and head need only the rank's own
+// tokens; attention exchanges heads for tokens by all-to-all (model/functional.h's
+// ContextParallel): each rank attends over the whole sequence for C-th of the heads and
+// sends the results back. The shards stay as FSDP lays them out over every rank, and a
+// unit's gradient is averaged over all of them, so a rank's loss is its chunk's share of
+// its sequences' loss times C (the group's ranks share those sequences).
+#pragma once
+
+#include <memory>
+
+#include "areal/dist/communicator.h"
+#include "areal/model/functional.h"
+
+namespace areal {
+
+class ContextParallelism {
+ public:
+  // Collective over `comm`: makes the groups of `degree` ranks. Throws
+  // std::invalid_argument when `degree` does not divide the ranks or the attention heads,
+  // neither divides nor is a multiple of the key/value heads (fewer: each is repeated for
+  // the ranks that share it), or the model is a mixture of experts (not built with it).
+  ContextParallelism(Communicator& comm, const ModelConfig& config, int degree);
+  ~ContextParallelism();
+
+  int degree() const { return static_cast<int>(layer_parallel_.ranks); }
+  int rank() const { return static_cast<int>(layer_parallel_.rank); }  // in the group: its chunk
+  // What a layer's attention calls (the group's all-to-alls, differentiable).
+  const ContextParallel& layer_parallel() const { return layer_parallel_; }
+
+ private:
+  std::unique_ptr<Communicator> group_;
+  ContextParallel layer_parallel_;
+};
+
+}  // namespace areal
