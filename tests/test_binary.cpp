@@ -300,6 +300,8 @@ TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole jo
   fs::remove_all(bad);
 }
 
+// Also with context parallelism (actor.backend fsdp:d1c2 and fsdp:d2c2: every sequence
+// split over 2 ranks, attention by all-to-all of heads): the same run.
 TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 1 and -np 2", "[binary][mpi][sft]") {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("areal_sft_" + std::to_string(::getpid()));
@@ -308,26 +310,34 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
                            " --train_dataset.batch_size 8 --total_train_steps 6 --actor.dtype float32"
                            " --optimizer.lr 1e-3 --cluster.fileroot ";
   std::vector<std::vector<double>> losses;
-  for (std::string np : {"1", "2"}) {
-    Result r = run(mpirun_cmd() + " -np " + np + " " + kBin + args + (root / np).string());
+  const std::vector<std::pair<std::string, std::string>> shapes = {
+      {"1", ""}, {"2", ""}, {"2", "fsdp:d1c2"}, {"4", "fsdp:d2c2"}};
+  for (const auto& [np, backend] : shapes) {
+    const std::string dir = np + backend.substr(std::min<size_t>(backend.size(), 5));
+    Result r = run(mpirun_cmd() + " -np " + np + " " + kBin + (backend.empty() ? "" : " --actor.backend " + backend) +
+                   args + (root / dir).string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.output, Contains("step 6/6") && Contains("tokens/s") && Contains("saved"));
-    std::ifstream stats(root / np / "areal-train" / "trial0" / "stats.jsonl");
+    if (!backend.empty()) CHECK_THAT(r.output, Contains("every sequence over 2 ranks"));
+    std::ifstream stats(root / dir / "areal-train" / "trial0" / "stats.jsonl");
     std::vector<double> run_losses;
     for (std::string line; std::getline(stats, line);) run_losses.push_back(nlohmann::json::parse(line)["loss"]);
     REQUIRE(run_losses.size() == 6);
     losses.push_back(run_losses);
   }
-  for (size_t i = 0; i < 6; ++i) CHECK(std::abs(losses[0][i] - losses[1][i]) < 1e-4);  // world size is a detail
+  for (size_t run = 1; run < losses.size(); ++run)
+    for (size_t i = 0; i < 6; ++i) CHECK(std::abs(losses[0][i] - losses[run][i]) < 1e-4);  // world size is a detail
   CHECK(losses[0].back() < losses[0].front() - 0.5);  // it learns
 
   auto one = areal::load_causal_lm((root / "1/areal-train/trial0/checkpoint").string(), at::kFloat);
-  auto two = areal::load_causal_lm((root / "2/areal-train/trial0/checkpoint").string(), at::kFloat);
-  auto p1 = one->named_parameters(), p2 = two->named_parameters();
-  for (size_t i = 0; i < p1.size(); ++i) {
-    INFO(p1[i].key());
-    CHECK(at::allclose(p1[i].value(), p2[i].value(), 1e-4, 1e-5));
+  for (const char* other : {"2", "2d1c2", "4d2c2"}) {
+    auto two = areal::load_causal_lm((root / other / "areal-train/trial0/checkpoint").string(), at::kFloat);
+    auto p1 = one->named_parameters(), p2 = two->named_parameters();
+    for (size_t i = 0; i < p1.size(); ++i) {
+      INFO(other << ": " << p1[i].key());
+      CHECK(at::allclose(p1[i].value(), p2[i].value(), 1e-4, 1e-5));
+    }
   }
   fs::remove_all(root);
 }

@@ -368,6 +368,13 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   CHECK_THAT(error_of([&] { shapes("sglang:d1t4e2", "", "static", 4); }),
              Contains("'rollout.backend'") && Contains("experts over 2 of the group's 4 tensor-parallel ranks"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d2e2", "sglang:d2+fsdp:d2e1", 2); }), Contains("disagrees"));
+  // Context parallelism (training): d groups of c ranks, every sequence over a group's ranks.
+  Allocation sequences = shapes("", "fsdp:d2c2", "static", 4);
+  CHECK((sequences.actor.data == 2 && sequences.actor.context == 2 && sequences.actor.ranks() == 4));
+  CHECK_THAT(describe_allocation(sequences), Contains("FSDP over 4 ranks (2 x 2: every sequence over 2 ranks)"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2c2", "static", 2); }), Contains("asks for 4 training ranks"));
+  CHECK_THAT(error_of([&] { shapes("sglang:d2c2", "", "static", 4); }), Contains("context-parallel generation"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2c2e2", "static", 4); }), Contains("context and expert parallelism"));
 }
 
 TEST_CASE("config: AReaL's NormConfig sections: null is off, a section given takes AReaL's defaults",

@@ -29,7 +29,7 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
   if (!known)
     return refuse(cat("names the engine '", shape.engine, "'; areal-train's ", generation ? "generation" : "training",
                       " engine is spelled ", engines));
-  int64_t pipeline = 1, context = 1;
+  int64_t pipeline = 1;
   size_t at = 0;
   while (at < dims.size()) {
     const char dim = dims[at++];
@@ -41,7 +41,7 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
       case 'd': shape.data = n; break;
       case 't': shape.tensor = n; break;
       case 'p': pipeline = n; break;
-      case 'c': context = n; break;
+      case 'c': shape.context = n; break;
       case 'e': shape.expert = n; break;  // AReaL's expert parallelism (MoE)
       default: return refuse(cat("has the dimension '", std::string(1, dim), "'; known: d, t, p, c, e"));
     }
@@ -50,7 +50,11 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
   if (!generation && dims.empty()) return shape;  // data 0: the world size (check_allocation_against_world)
   if (shape.data == 0) return refuse("gives no data-parallel size 'dN'");
   if (pipeline != 1) return refuse("asks for pipeline parallelism, which areal-train does not have (use p1)");
-  if (context != 1) return refuse("asks for context parallelism, which areal-train does not have (use c1)");
+  if (generation && shape.context != 1)
+    return refuse("asks for context-parallel generation, which areal-train does not have (use c1; c is for training, "
+                  "in actor.backend)");
+  if (shape.context != 1 && shape.expert != 1)
+    return refuse("asks for context and expert parallelism together, which areal-train does not have");
   if (generation && shape.expert != 1 && shape.expert != shape.tensor)
     return refuse(cat("asks for experts over ", shape.expert, " of the group's ", shape.tensor, " tensor-parallel ranks; "
                       "generation places them whole over all t ranks (e equal to t) or splits each over t (e1)"));
@@ -94,7 +98,7 @@ void check_allocation_against_world(Allocation& a, int world_size) {
   if (a.actor.engine.empty()) a.actor = {"fsdp", world_size, 1};
   if (a.actor.data == 0) a.actor.data = world_size;  // `fsdp` alone
   const bool rollout_given = !a.rollout.engine.empty();
-  if (!rollout_given) a.rollout = {"", a.actor.data, 1};  // every training rank generates alone
+  if (!rollout_given) a.rollout = {"", a.actor.ranks(), 1};  // every training rank generates alone
   if (a.rollout.ranks() == world_size && a.actor.ranks() == world_size) return;  // colocated
   if (rollout_given && a.rollout.ranks() + a.actor.ranks() == world_size) {
     a.separate = true;  // asynchronous RL: the first ranks generate, the others train
@@ -121,8 +125,11 @@ std::string describe_allocation(const Allocation& a) {
   return cat("generation: ", a.rollout.data, a.rollout.data == 1 ? " replica" : " replicas", " x ", a.rollout.tensor,
              " tensor-parallel ", a.rollout.tensor == 1 ? "rank" : "ranks",
              builtin_name ? "" : cat(" (the built-in engine in the shape of ", a.rollout.engine, ")"),
-             "; training: FSDP over ", a.actor.data, a.actor.data == 1 ? " rank" : " ranks",
+             "; training: FSDP over ", a.actor.ranks(), a.actor.ranks() == 1 ? " rank" : " ranks",
              a.actor.expert > 1 ? cat(", experts over groups of ", a.actor.expert, " ranks") : std::string(),
+             a.actor.context > 1 ? cat(" (", a.actor.data, " x ", a.actor.context, ": every sequence over ",
+                                       a.actor.context, " ranks)")
+                                 : std::string(),
              a.separate ? cat("; separate (asynchronous RL): ranks 0-", a.generation_ranks() - 1, " generate, ranks ",
                               a.generation_ranks(), "-", a.generation_ranks() + a.actor.ranks() - 1, " train")
                         : std::string("; colocated"));

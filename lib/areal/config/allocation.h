@@ -19,7 +19,10 @@ struct EngineShape {
   // `e`, folded into the ranks, not added to them): in training E of the D ranks; in
   // generation E = T, experts whole on the group's ranks (1: each expert split over T).
   int64_t expert = 1;
-  int64_t ranks() const { return data * tensor; }
+  // Training only: every sequence split over groups of C ranks (context parallelism,
+  // AReaL's `c`); D groups of C ranks train.
+  int64_t context = 1;
+  int64_t ranks() const { return data * tensor * context; }
 };
 
 struct Allocation {

@@ -516,6 +516,7 @@ std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, 
   engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
   engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
   engine->set_expert_parallel(static_cast<int>(expert_parallel_degree(cfg)));
+  engine->set_context_parallel(static_cast<int>(context_parallel_degree(cfg)));
   return engine;
 }
 

@@ -99,8 +99,12 @@ class FsdpEngine {
   // Expert parallelism (expert_parallel.h): a mixture of experts' sparse layers run their
   // experts in groups of `degree` ranks. Collective (makes the groups); 1: none.
   void set_expert_parallel(int degree);
-  // The same groups as another engine's over the same layout (a reference model's engine).
-  void share_expert_parallel(const FsdpEngine& other) { experts_ = other.experts_; }
+  // The same expert- and context-parallel groups as another engine's over the same
+  // layout (a reference model's engine).
+  void share_parallel_groups(const FsdpEngine& other) {
+    experts_ = other.experts_;
+    context_ = other.context_;
+  }
   ExpertParallelism* expert_parallelism() const { return experts_.get(); }
   // Context parallelism (context_parallel.h): each rank of a group of `degree` runs a
   // chunk of every sequence's tokens (forward's ids are this rank's chunk, the attention

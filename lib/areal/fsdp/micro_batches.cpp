@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 namespace areal {
 
-MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device)
-    : rows_(std::move(rows)), packed_(packed), device_(device) {
+MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device,
+                       ContextChunk context)
+    : rows_(std::move(rows)), packed_(packed), device_(device), context_(context) {
+  if (context_.ranks > 1 && (packed_ || set.experts.defined()))
+    throw std::invalid_argument("MicroBatch: context parallelism takes padded rows without recorded experts");
   const int64_t length = set.ids.size(1);
   targets_ = set.ids.narrow(1, 1, length - 1);
   for (int64_t r : rows_) lengths_.push_back(set.lengths.at(r));
@@ -23,13 +27,21 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
     if (set.experts.defined())
       experts_ = (pieces.empty() ? at::full({1, set.experts.size(2)}, -1, at::kShort) : at::cat(experts)).unsqueeze(0);
     if (pieces.empty()) lengths_ = {1};
-    ids_ = row.view({1, -1}).to(device_);
+    ids_ = whole_ids_ = row.view({1, -1}).to(device_);
     width_ = row.numel();
   } else {
     const int64_t longest = std::max<int64_t>(2, *std::max_element(lengths_.begin(), lengths_.end()));
-    ids_ = set.ids.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, longest).to(device_);
+    at::Tensor ids = set.ids.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, std::min(longest, set.ids.size(1)));
     if (set.experts.defined()) experts_ = set.experts.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, longest);
     width_ = longest - 1;
+    if (context_.ranks > 1) {  // padded to a multiple of the group; this rank's chunk of each row
+      const int64_t padded = (longest + context_.ranks - 1) / context_.ranks * context_.ranks;
+      ids = at::constant_pad_nd(ids, {0, padded - ids.size(1)}, 0);
+      width_ = padded / context_.ranks;
+      first_ = context_.rank * width_;
+    }
+    whole_ids_ = ids.to(device_);
+    ids_ = context_.ranks > 1 ? whole_ids_.narrow(1, first_, width_).contiguous() : whole_ids_;
   }
 }
 
@@ -38,8 +50,12 @@ at::Tensor MicroBatch::run(Policy& policy, PolicyWeights weights, double loss_sh
     return policy.forward(ids_, packed_attention_inputs(policy.config(), lengths_, device_, policy.compute_dtype()),
                           weights, loss_share, head_rows, experts_);
   }
-  at::Tensor mask = at::arange(ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
-  return policy.forward(ids_, mask.to(at::kLong).to(device_), weights, loss_share, head_rows, experts_);
+  at::Tensor mask = at::arange(whole_ids_.size(1), at::kLong).view({1, -1}) < at::tensor(lengths_, at::kLong).view({-1, 1});
+  mask = mask.to(at::kLong).to(device_);
+  if (context_.ranks > 1)  // this rank's chunk, attending over the whole rows
+    return policy.forward(ids_, attention_inputs(policy.config(), whole_ids_, mask, nullptr, policy.compute_dtype()),
+                          weights, loss_share, head_rows, experts_);
+  return policy.forward(ids_, mask, weights, loss_share, head_rows, experts_);
 }
 
 at::Tensor MicroBatch::forward(Policy& policy, PolicyWeights weights, double loss_share) const {
@@ -59,8 +75,10 @@ at::Tensor MicroBatch::spread(const at::Tensor& mask, const at::Tensor& values) 
 }
 
 at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {
-  if (!packed_) {
-    return target_values.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, width_).to(device_);
+  if (!packed_) {  // columns [first_, first_ + width_) of the rows (zeros past their end)
+    at::Tensor rows = target_values.index_select(0, at::tensor(rows_, at::kLong));
+    if (rows.size(1) < first_ + width_) rows = at::constant_pad_nd(rows, {0, first_ + width_ - rows.size(1)}, 0);
+    return rows.narrow(1, first_, width_).to(device_);
   }
   at::Tensor out = at::zeros({1, width_}, target_values.options());
   int64_t offset = 0;
@@ -80,7 +98,8 @@ void MicroBatch::put_back(const at::Tensor& laid_out, at::Tensor& out) const {
       out[rows_[i]].narrow(0, 0, lengths_[i] - 1).copy_(laid_out[0].narrow(0, offset, lengths_[i] - 1));
       offset += lengths_[i];
     } else {
-      out[rows_[i]].narrow(0, 0, width_).copy_(laid_out[i]);
+      const int64_t n = std::clamp<int64_t>(out.size(1) - first_, 0, width_);
+      if (n > 0) out[rows_[i]].narrow(0, first_, n).copy_(laid_out[i].narrow(0, 0, n));
     }
   }
 }
@@ -106,10 +125,10 @@ std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t
 }
 
 std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin, int64_t end, int64_t max_tokens,
-                                      Communicator& comm, const at::Device& device) {
+                                      Communicator& comm, const at::Device& device, ContextChunk context) {
   std::vector<int64_t> rows(end - begin);
   std::iota(rows.begin(), rows.end(), begin);
-  if (max_tokens <= 0) return {MicroBatch(set, rows, /*packed=*/false, device)};
+  if (max_tokens <= 0 || context.ranks > 1) return {MicroBatch(set, rows, /*packed=*/false, device, context)};
 
   std::vector<int64_t> lengths;
   for (int64_t r : rows) lengths.push_back(set.lengths.at(r));

@@ -8,6 +8,9 @@
 // sequence and attention never crosses sequences, so no compute goes to padding.
 // Every rank runs the same number of micro-batches (the most any rank needs; a rank
 // with fewer adds empty ones of one token and no loss), so collectives line up.
+// With context parallelism (ContextChunk) the rows are padded to a multiple of the
+// group and a rank runs its chunk of every row: forward()'s logits and the laid-out
+// values are that chunk's positions (padded micro-batches only).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,7 +39,8 @@ struct PaddedSequences {
 // (padding, the last token of a packed sequence) get 0.
 class MicroBatch {
  public:
-  MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device);
+  MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device,
+             ContextChunk context = {});
 
   // Logits [R, W, vocab] for this micro-batch on `weights`. Collective, like
   // Policy::forward (`loss_share`: its share of the update's loss, as there).
@@ -63,10 +67,13 @@ class MicroBatch {
   std::vector<int64_t> lengths_;  // of rows_
   bool packed_;
   at::Device device_;
-  at::Tensor ids_;      // [R, T] on device_
+  ContextChunk context_;
+  at::Tensor whole_ids_;  // [R, T] on device_: the rows (with context parallelism padded to a multiple of it)
+  at::Tensor ids_;        // what this rank runs: whole_ids_, or its chunk of them
   at::Tensor experts_;  // [R, T, sparse layers x k] on the CPU, or undefined
   at::Tensor targets_;  // the set's [N, L - 1] targets
   int64_t width_ = 0;   // W
+  int64_t first_ = 0;   // the row position of laid-out column 0 (this rank's chunk)
 };
 
 // Groups of `lengths` indices, each summing to at most max_tokens (a longer sequence
@@ -77,6 +84,6 @@ std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t
 // max_tokens is 0, else packed ones by token budget, as many on every rank (a
 // collective then).
 std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin, int64_t end, int64_t max_tokens,
-                                      Communicator& comm, const at::Device& device);
+                                      Communicator& comm, const at::Device& device, ContextChunk context = {});
 
 }  // namespace areal

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "areal/config/allocation.h"
+#include "areal/fsdp/context_parallel.h"
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/lora.h"
 #include "areal/fsdp/overlap.h"
@@ -37,6 +38,22 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (expert_ranks > 1 && model.num_experts == 0)
     throw ConfigError(cat("option 'actor.backend': expert parallelism (e", expert_ranks, ") needs a mixture of experts; "
                           "the model (", model.model_type, ", ", cfg.model_path, ") is dense (use e1)"));
+  const int64_t sequence_ranks = context_parallel_degree(cfg);
+  if (sequence_ranks > 1) {
+    auto refuse = [&](const std::string& why) {
+      throw ConfigError(cat("option 'actor.backend': context parallelism (c", sequence_ranks, ") ", why));
+    };
+    if (cfg.job != "sft") refuse(cat("is built for job=sft so far (job=", cfg.job, " trains without it: use c1)"));
+    if (model.num_experts > 0) refuse("is not built for a mixture of experts");
+    if (cfg.actor.mb_spec.max_tokens_per_mb > 0)
+      refuse(cat("takes padded micro-batches: set actor.mb_spec.max_tokens_per_mb 0 (it is ",
+                 cfg.actor.mb_spec.max_tokens_per_mb, ")"));
+    const int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
+    if (heads % sequence_ranks != 0 || (kv % sequence_ranks != 0 && sequence_ranks % kv != 0))
+      refuse(cat("splits the attention heads over the group: the model's ", heads, " heads and ", kv,
+                 " key/value heads (", cfg.model_path, ") need a c that divides the heads and divides or is a "
+                 "multiple of the key/value heads"));
+  }
   if (expert_ranks > 1 && model.num_experts % expert_ranks != 0)
     throw ConfigError(cat("option 'actor.backend': the model's ", model.num_experts, " experts (", cfg.model_path,
                           ") do not divide over groups of ", expert_ranks, " ranks (e", expert_ranks,
@@ -44,6 +61,8 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
 }
 
 int64_t expert_parallel_degree(const Config& cfg) { return parse_allocation(cfg).actor.expert; }
+
+int64_t context_parallel_degree(const Config& cfg) { return parse_allocation(cfg).actor.context; }
 
 double router_aux_loss_coef(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0) return 0;
@@ -61,6 +80,11 @@ Policy::Policy(const Config& cfg, ShardedModel& model, Communicator& comm)
 
 Policy::~Policy() = default;
 
+ContextChunk Policy::context_chunk() const {
+  const ContextParallelism* context = engine_->context_parallelism();
+  return context ? ContextChunk{context->degree(), context->rank()} : ContextChunk{};
+}
+
 at::ScalarType Policy::compute_dtype() const { return engine_->compute_dtype(); }
 
 int64_t Policy::prefetched_gathers() const { return engine_->overlap().gathers_taken_started(); }
@@ -71,7 +95,7 @@ void Policy::keep_reference() {
     reference_model_ = model_.frozen_copy();
     // No backward runs through the reference: its gradients are never reduced.
     reference_engine_ = std::make_unique<FsdpEngine>(*reference_model_, comm_, engine_->compute_dtype(), at::kFloat);
-    reference_engine_->share_expert_parallel(*engine_);
+    reference_engine_->share_parallel_groups(*engine_);
   }
   reference_kept_ = true;
 }

@@ -42,12 +42,21 @@ double router_aux_loss_coef(const Config& cfg, const ModelConfig& model);
 // actor.backend's e: how many ranks compute a mixture of experts' experts together
 // (expert parallelism; 1: none).
 int64_t expert_parallel_degree(const Config& cfg);
+// actor.backend's c: how many ranks share every sequence (context parallelism; 1: none).
+int64_t context_parallel_degree(const Config& cfg);
 
 // A step's figures by name, in order (the loops' stats rows).
 using NamedFigures = std::vector<std::pair<std::string, double>>;
 
 // Which weights a forward runs on.
 enum class PolicyWeights { current, reference };
+
+// Context parallelism: this rank runs chunk `rank` of `ranks` of every sequence's tokens
+// (FsdpEngine::set_context_parallel); 1 rank: the whole sequences.
+struct ContextChunk {
+  int64_t ranks = 1;
+  int64_t rank = 0;
+};
 
 class Policy {
  public:
@@ -59,6 +68,8 @@ class Policy {
   const ModelConfig& config() const { return model_.config(); }
   at::ScalarType compute_dtype() const;
   Communicator& comm() { return comm_; }
+  // The chunk of every sequence this rank trains on (actor.backend's c).
+  ContextChunk context_chunk() const;
 
   // ---- the train step ----
   // Logits [B, T, vocab] in the compute dtype. On the current weights they carry a graph

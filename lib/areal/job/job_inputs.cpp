@@ -248,8 +248,10 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
     if (in.valid->size() == 0)
       throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
   }
-  check_batch_size(cfg, me.world_size, "trains on");
-  in.schedule = training_schedule(cfg, me.world_size, in.train->size(), "sequences");
+  // Context parallelism: the c ranks of a group share their rows, so the rows go to the groups.
+  const int groups = me.world_size / static_cast<int>(allocation_for_world(cfg, me.world_size).actor.context);
+  check_batch_size(cfg, groups, "trains on");
+  in.schedule = training_schedule(cfg, groups, in.train->size(), "sequences");
   return in;
 }
 

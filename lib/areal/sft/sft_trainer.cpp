@@ -25,12 +25,15 @@
 namespace areal {
 namespace {
 
-// This rank's rows of a batch (every world_size-th), right-padded with `pad`, and the
-// weight of each target [rows, T - 1]: 1 where the target is a token with a loss.
-std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch, int rank,
-                                                 int world_size, int64_t pad) {
+// This rank's rows of a batch (every groups-th from its group's; with context
+// parallelism the ranks of a group share their rows, each running a chunk of them),
+// right-padded with `pad`, and the weight of each target [rows, T - 1]: 1 where the
+// target is a token with a loss.
+std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch,
+                                                 const RankInfo& me, const ContextChunk& context, int64_t pad) {
+  const size_t group = static_cast<size_t>(me.rank / context.ranks), groups = static_cast<size_t>(me.world_size / context.ranks);
   std::vector<SftSequence> rows;
-  for (size_t i = rank; i < batch.size(); i += world_size) rows.push_back(data.sequence(batch[i]));
+  for (size_t i = group; i < batch.size(); i += groups) rows.push_back(data.sequence(batch[i]));
   size_t longest = 2;
   for (const SftSequence& row : rows) longest = std::max(longest, row.ids.size());
   PaddedSequences set;
@@ -73,13 +76,14 @@ double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_
   for (size_t first = 0; first < data.size(); first += static_cast<size_t>(batch_size)) {
     std::vector<size_t> batch;
     for (size_t i = first; i < std::min(data.size(), first + static_cast<size_t>(batch_size)); ++i) batch.push_back(i);
-    auto [rows, weights] = rank_rows(data, batch, me.rank, me.world_size, pad);
+    const ContextChunk context = policy.context_chunk();
+    auto [rows, weights] = rank_rows(data, batch, me, context, pad);
     int64_t tokens = 1;
     for (int64_t n : rows.lengths) tokens += n;
     const int64_t budget = max_tokens_per_mb > 0 ? max_tokens_per_mb : tokens;  // default: one packed row
-    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device)))
+    for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device), context))
       sums[0] += weighted_loss_sum(mb, policy, weights).to(at::kDouble).cpu();
-    sums[1] += weights.sum().to(at::kDouble);
+    if (context.rank == 0) sums[1] += weights.sum().to(at::kDouble);  // a group's rows counted once
   }
   comm.all_reduce(sums, ReduceOp::Sum);
   return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
@@ -96,15 +100,17 @@ struct SftStep {
 };
 SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<size_t>& batch, int64_t step,
                    const RankInfo& me, Communicator& comm, Policy& policy, ShardedAdamW& optimizer) {
-  auto [rows, weights] = rank_rows(*in.train, batch, me.rank, me.world_size, in.tokenizer->pad_id());
-  at::Tensor tokens_all = weights.sum().to(at::kDouble).reshape({1});
+  const ContextChunk context = policy.context_chunk();
+  auto [rows, weights] = rank_rows(*in.train, batch, me, context, in.tokenizer->pad_id());
+  // The batch's loss tokens, a group's rows counted once (its ranks share them).
+  at::Tensor tokens_all = (context.rank == 0 ? weights.sum() : at::zeros({})).to(at::kDouble).reshape({1});
   comm.all_reduce(tokens_all, ReduceOp::Sum);
   SftStep out;
   out.tokens = tokens_all.item<double>();
   optimizer.zero_grad();
   at::Tensor loss_sum = at::zeros({1}, at::kDouble);
   for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), cfg.actor.mb_spec.max_tokens_per_mb, comm,
-                                            at::Device(me.device))) {
+                                            at::Device(me.device), context)) {
     at::Tensor local_sum = weighted_loss_sum(mb, policy, weights, out.tokens);
     (local_sum * (static_cast<double>(me.world_size) / out.tokens)).backward();
     loss_sum += local_sum.detach().to(at::kDouble).cpu();
