@@ -1,10 +1,11 @@
 """Writes a random Qwen2-architecture checkpoint for the benchmarks: config.json plus
 one model.safetensors, in float32 or bfloat16.
 
-    make_bench_model.py OUT_DIR {float32,bfloat16} [0.5b|74m|moe_0.7b|moe_130m] [TOKENIZER_DIR]
+    make_bench_model.py OUT_DIR {float32,bfloat16} [0.5b|74m|ctx_60m|moe_0.7b|moe_130m] [TOKENIZER_DIR]
 
   0.5b      Qwen2.5-0.5B's shape (494 M parameters): the init benchmarks
   74m       hidden 640, 12 layers, vocab 32000 (74 M parameters): training throughput on CPUs
+  ctx_60m   hidden 512, 8 layers, 8 heads, 4 key/value heads: context parallelism up to c = 4
   moe_0.7b  a Qwen3-MoE of 16 layers of 32 experts, top 4 (0.68 B parameters): MoE init
   moe_130m  a Qwen3-MoE of 12 layers of 16 experts, top 4 (131 M): MoE training on CPUs
 The mixtures' experts are written as the Hub ships them, one tensor per expert. With
@@ -29,6 +30,8 @@ SHAPES = {
                  num_attention_heads=14, num_key_value_heads=2),
     "74m": dict(vocab_size=32000, hidden_size=640, intermediate_size=1792, num_hidden_layers=12,
                 num_attention_heads=10, num_key_value_heads=2),
+    "ctx_60m": dict(vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
+                    num_attention_heads=8, num_key_value_heads=4),
     "moe_0.7b": dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=16,
                      num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_experts=32,
                      num_experts_per_tok=4, moe_intermediate_size=384, norm_topk_prob=True),
