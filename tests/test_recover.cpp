@@ -164,20 +164,25 @@ TEST_CASE("recover: no_save_optim leaves the moments out, and resuming it needs 
   CHECK(got[5]["loss"] != runs.want[5]["loss"]);
 }
 
+// Also on another mesh: at 4 ranks as fsdp:d2c2 and at 2 as fsdp:d1c2 (every sequence
+// over 2 ranks, context parallelism).
 TEST_CASE("recover: a run saved at 2 ranks continues at 1 and at 4 ranks", "[binary][mpi][recover]") {
   SftRuns runs;
   Result killed = runs.sft(2, "resized", "AREAL_TEST_CRASH_AT=sft:step5");
   INFO(killed.output);
   REQUIRE(recovered_step(runs.run_dir("resized")) == 4);
-  for (int ranks : {1, 4}) {
-    const std::string name = "resized" + std::to_string(ranks);
+  for (const auto& [ranks, backend] : std::vector<std::pair<int, std::string>>{
+           {1, ""}, {4, ""}, {4, "fsdp:d2c2"}, {2, "fsdp:d1c2"}}) {
+    INFO(ranks << " ranks " << backend);
+    const std::string name = "resized" + std::to_string(ranks) + backend.substr(std::min<size_t>(backend.size(), 5));
     fs::create_directories(runs.run_dir(name));
     fs::copy(runs.run_dir("resized") / "recover", runs.run_dir(name) / "recover");
     fs::copy(runs.run_dir("resized") / "stats.jsonl", runs.run_dir(name) / "stats.jsonl");
-    Result resumed = runs.sft(ranks, name, "");
+    Result resumed = runs.sft(ranks, name, "", backend.empty() ? "" : " --actor.backend " + backend);
     INFO(resumed.output);
     REQUIRE(resumed.exit_code == 0);
-    CHECK_THAT(resumed.output, Contains("re-sharded"));
+    CHECK_THAT(resumed.output, Contains("recover: resuming after step 4"));
+    if (ranks != 2) CHECK_THAT(resumed.output, Contains("re-sharded"));
     // The same steps, up to the order of floating-point sums, which the world size changes
     // (tests/mpi/test_recover.cpp checks that the loaded weights and moments are exact).
     std::vector<json> got = read_jsonl(runs.run_dir(name) / "stats.jsonl");
