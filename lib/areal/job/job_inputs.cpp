@@ -29,13 +29,15 @@ auto loaded_for(const std::string& option, Load&& load) {
 }
 
 // `trainers`: the ranks that train (the world, or actor.backend's with separate
-// generation ranks).
-void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work) {
+// generation ranks), or with context parallelism the groups of ranks that share rows.
+void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work, int64_t context = 1) {
   const int64_t batch_size = cfg.train_dataset.batch_size;
   if (batch_size % trainers != 0)
-    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size,
-                          " must be a multiple of the training ranks (", trainers, "): every rank ", per_rank_work,
-                          " batch_size / ", trainers, " rows"));
+    throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the ",
+                          context > 1 ? cat("data-parallel groups of actor.backend (", trainers, " groups of ", context,
+                                            " ranks): every group ")
+                                      : cat("training ranks (", trainers, "): every rank "),
+                          per_rank_work, " batch_size / ", trainers, " rows"));
 }
 
 TrainingSchedule training_schedule(const Config& cfg, int trainers, size_t rows, const char* what) {
@@ -249,8 +251,9 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
       throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
   }
   // Context parallelism: the c ranks of a group share their rows, so the rows go to the groups.
-  const int groups = me.world_size / static_cast<int>(allocation_for_world(cfg, me.world_size).actor.context);
-  check_batch_size(cfg, groups, "trains on");
+  const int64_t context = allocation_for_world(cfg, me.world_size).actor.context;
+  const int groups = me.world_size / static_cast<int>(context);
+  check_batch_size(cfg, groups, "trains on", context);
   in.schedule = training_schedule(cfg, groups, in.train->size(), "sequences");
   return in;
 }
