@@ -51,6 +51,8 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
     return dir.string();
   };
   const std::string moe = edited_model("moe", {{"\"model_type\": \"qwen2\"", "\"model_type\": \"deepseek_v3\""}});
+  // A model whose logits alone (a vocabulary of 2^30) cannot fit any machine's memory.
+  const std::string huge_vocab = edited_model("huge_vocab", {{"\"vocab_size\": 600", "\"vocab_size\": 1073741824"}});
   // A mixture of experts whose 3 experts do not divide over groups of 2 ranks.
   const std::string three_experts = edited_model("three_experts", {{"\"num_local_experts\": 4", "\"num_local_experts\": 3"}},
                                                  "tiny_moe_chat");
@@ -90,6 +92,10 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "option 'actor.backend': expert parallelism (e2) needs a mixture of experts; the model (qwen2, "},
       {"experts that do not divide over e", rl + "actor.backend=fsdp:d2e2 model_path=" + three_experts,
        "option 'actor.backend': the model's 3 experts (" + three_experts + ") do not divide over groups of 2 ranks"},
+      {"training that cannot fit (checked before the init)",
+       " --job sft --model_path " + huge_vocab + " --train_dataset.path configs/data/arithmetic_sft.jsonl"
+       " --train_dataset.batch_size 2 --cluster.fileroot " + root.string(),
+       "training needs at least "},
       {"context parallelism outside job=sft", rl + "actor.backend=fsdp:d1c2",
        "option 'actor.backend': context parallelism (c2) is built for job=sft so far (job=rl"},
       {"context parallelism with packed micro-batches", sft + "--train_dataset.batch_size 2 --actor.backend fsdp:d1c2 "

@@ -1,5 +1,6 @@
 #include "areal/data/text_dataset.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "areal/data/builtin_tasks.h"
@@ -17,6 +18,7 @@ TextDataset::TextDataset(const std::string& path, const std::string& prompt_key,
       ++skipped_;
       return;
     }
+    longest_ = std::max(longest_, static_cast<int64_t>(sequence.ids.size()));
     ByteWriter w;
     put_token_ids(w, sequence.ids);
     std::vector<int64_t> spans;

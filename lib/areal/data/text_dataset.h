@@ -41,12 +41,14 @@ class TextDataset {
 
   size_t size() const { return rows_.size(); }
   int64_t skipped() const { return skipped_; }
+  int64_t longest() const { return longest_; }  // tokens of the longest sequence kept
   SftSequence sequence(size_t i) const;  // reads the row back
   uint64_t bytes_on_disk() const { return rows_.bytes(); }
 
  private:
   RecordStore rows_;
   int64_t skipped_ = 0;
+  int64_t longest_ = 0;
 };
 
 }  // namespace areal

@@ -4,6 +4,9 @@
 #include <memory>
 
 #include "areal/fsdp/policy.h"
+#include "areal/fsdp/training_memory.h"
+#include "areal/rollout/generation.h"
+#include "areal/util/memory.h"
 #include "areal/config/allocation.h"
 #include "areal/rollout/rollout_model.h"
 #include "areal/text/stop_strings.h"
@@ -137,6 +140,32 @@ void check_positions(const ModelConfig& model, const RlInputs& in, const PromptD
 // The rollout's memory for `rows` answers at once to the prompts of `data`: a bound for
 // every step, known now. An episode's row holds its prompt and every turn, up to
 // gconfig.max_tokens.
+// Refuses a training shape whose micro-batch cannot fit a rank's free memory (a lower
+// bound, fsdp/training_memory.h): the longest sequence, `rows` of it padded into one
+// micro-batch (or actor.mb_spec.max_tokens_per_mb tokens packed), its chunk with context
+// parallelism.
+void check_training_memory(const Config& cfg, const RankInfo& me, const ModelConfig& model, int64_t longest,
+                           int64_t rows, int64_t context) {
+  const int64_t budget = cfg.actor.mb_spec.max_tokens_per_mb;
+  const int64_t padded = (longest + context - 1) / context * context;
+  TrainingShape shape;
+  shape.world = me.world_size;
+  shape.tokens = (budget > 0 ? std::max(budget, longest) : rows * padded) / context;
+  shape.dtype = dtype_from_name(cfg.actor.dtype);
+  shape.checkpointing = cfg.actor.gradient_checkpointing;
+  shape.lora = cfg.actor.use_lora;
+  const int64_t need = training_memory_bytes(model, model.num_parameters(), largest_unit_parameters(model), shape);
+  const int64_t free = free_memory_bytes(at::Device(me.device));
+  if (free > 0 && need > free)
+    throw ConfigError(cat("training needs at least ", format_bytes(need), " per rank on ", me.device, " (shards of ",
+                          model.num_parameters(), " parameters over ", me.world_size, " ranks, ", shape.tokens,
+                          " tokens of activations and logits per micro-batch: the longest sequence has ", longest,
+                          context > 1 ? cat(", split over ", context, " ranks") : std::string(), ") but only ",
+                          format_bytes(free), " is free; lower actor.mb_spec.max_tokens_per_mb, "
+                          "train_dataset.batch_size or train_dataset.max_length, set actor.gradient_checkpointing true, "
+                          "or split the sequences over more ranks (actor.backend: fsdp:dDcC, docs/training.md)"));
+}
+
 void check_generation_memory(const Config& cfg, const RankInfo& me, const ModelConfig& model, const RlInputs& in,
                              const PromptDataset& data, int64_t rows, int64_t t) {
   const int64_t longest = longest_prompt(data);
@@ -255,6 +284,7 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
   const int groups = me.world_size / static_cast<int>(context);
   check_batch_size(cfg, groups, "trains on", context);
   in.schedule = training_schedule(cfg, groups, in.train->size(), "sequences");
+  check_training_memory(cfg, me, model, in.train->longest(), td.batch_size / groups, context);
   return in;
 }
 
