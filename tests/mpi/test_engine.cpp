@@ -432,12 +432,15 @@ TEST_CASE("engine: routing replay sends tokens to the recorded experts", "[mpi][
         }
         CHECK(std::abs(loss - my_loss) < 1e-5);
         check_grads_equal(gathered_grads(*init.model), reference_grads(*reference));
-        double agreement = -1;
-        for (const auto& [figure, value] : policy.router_figures())
-          if (figure == "moe_route_agreement") agreement = value;
-        INFO("agreement " << agreement << ", the whole model's " << agreeing / with_record);
+        double agreement = -1, routed = -1;
+        for (const auto& [figure, value] : policy.router_figures()) {
+          if (figure == "moe_router_agreement") agreement = value;
+          if (figure == "moe_route_agreement") routed = value;
+        }
+        INFO("router agreement " << agreement << ", the whole model's " << agreeing / with_record);
         CHECK(std::abs(agreement - agreeing / with_record) < 1e-12);
         CHECK((agreement > 0.2 && agreement < 0.9));  // the odd positions' records are not the router's
+        CHECK(routed == 1.0);  // replayed: every recorded (token, layer) went to the rollout's experts
       }
 }
 

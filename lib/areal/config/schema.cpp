@@ -282,7 +282,8 @@ std::vector<OptionSpec> declare_options() {
                                       "the experts its rollout chose instead of the router's own top-k, the "
                                       "gate weights staying the router's probabilities at them (routing "
                                       "replay: keeps the PPO ratio near 1). The rollout records the choices "
-                                      "either way and every step logs moe_route_agreement. Set on a dense "
+                                      "either way and every step logs moe_route_agreement (1 with the "
+                                      "replay) and moe_router_agreement (the router's own). Set on a dense "
                                       "model: refused."),
       OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                                   "tokens, each one packed row without padding (first-fit "

@@ -39,9 +39,10 @@ struct ForwardRecord : torch::CustomClassHolder {
   double router_aux_weight = 0;
   std::vector<RouterTally> routers;
   at::Tensor router_aux_grad;
-  // Recorded routes (RouterLoss::experts) met by the tallied layers, and those the
+  // Recorded routes (RouterLoss::experts) met by the tallied layers, those that went to
+  // the recorded experts (replayed, or the router's own top-k agreeing), and those the
   // routers' own top-k agreed with (float64 scalars, summed over the layers).
-  at::Tensor recorded_routes, agreeing_routes;
+  at::Tensor recorded_routes, agreeing_routes, router_agreeing_routes;
 };
 
 // What one use of a unit computes. Everything a use needs in its backward is here,
@@ -196,13 +197,23 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
 void add_into(at::Tensor& sum, const at::Tensor& value) { sum = sum.defined() ? sum + value : value; }
 
 // A tallied sparse layer's agreement with the rollout's choices (call.recorded): the
-// tokens with a record, and those whose own top-k is the same set, into the record.
+// tokens with a record, those whose experts in this forward (replayed where call.replay
+// has a row, else the router's own top-k `chosen`) are the same set, and those whose own
+// top-k is, into the record.
 void count_agreement(const UnitCall& call, const at::Tensor& chosen) {
   const at::Tensor recorded = call.recorded.to(chosen.device());
   const at::Tensor has = recorded.select(1, 0) >= 0;
-  const at::Tensor same = (std::get<0>(recorded.sort(1)) == std::get<0>(chosen.sort(1))).all(1) & has;
+  auto agreeing = [&](const at::Tensor& experts) {
+    return ((std::get<0>(recorded.sort(1)) == std::get<0>(experts.sort(1))).all(1) & has).sum().to(at::kDouble);
+  };
+  at::Tensor used = chosen;
+  if (call.replay.defined()) {
+    const at::Tensor replay = call.replay.to(chosen.device());
+    used = at::where((replay.select(1, 0) >= 0).unsqueeze(1), replay, chosen);
+  }
   add_into(call.record->recorded_routes, has.sum().to(at::kDouble));
-  add_into(call.record->agreeing_routes, same.sum().to(at::kDouble));
+  add_into(call.record->agreeing_routes, agreeing(used));
+  add_into(call.record->router_agreeing_routes, agreeing(chosen));
 }
 
 // Whether this use's layer has a router whose tally the forward keeps.
@@ -647,6 +658,7 @@ void FsdpEngine::finish_router_tallies(ForwardRecord& record) {
   if (record.recorded_routes.defined()) {
     add_into(s.recorded_routes, record.recorded_routes);
     add_into(s.agreeing_routes, record.agreeing_routes);
+    add_into(s.router_agreeing_routes, record.router_agreeing_routes);
   }
   ++s.forwards;
 }

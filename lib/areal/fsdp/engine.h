@@ -52,9 +52,11 @@ struct RouterStats {
   int64_t forwards = 0;
   at::Tensor aux_loss_sum;   // float64 scalar: each forward's load-balancing loss, summed
   at::Tensor expert_tokens;  // [sparse layers, experts] float64: top-k choices per expert, summed
-  // Tokens x sparse layers with a recorded choice (RouterLoss::experts), and those of them
-  // whose own top-k equals it (float64 scalars; undefined without records).
-  at::Tensor recorded_routes, agreeing_routes;
+  // Tokens x sparse layers with a recorded choice (RouterLoss::experts), those of them
+  // that went to the recorded experts (replayed, or the router's own top-k equal to them)
+  // and those whose router's own top-k equals them (float64 scalars; undefined without
+  // records).
+  at::Tensor recorded_routes, agreeing_routes, router_agreeing_routes;
 };
 
 class FsdpEngine {

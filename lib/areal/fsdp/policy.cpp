@@ -132,25 +132,28 @@ NamedFigures Policy::router_figures() {
   if (c.num_experts == 0) return {};
   const int64_t sparse = c.sparse_layer_count();
   const RouterStats s = engine_->take_router_stats();
-  // [forwards, aux sum, expert tokens...] summed over ranks (a rank without forwards adds zeros).
-  // [forwards, aux sum, recorded routes, agreeing routes, expert tokens...]
-  at::Tensor sums = at::zeros({4 + sparse * c.num_experts}, at::kDouble);
+  // [forwards, aux sum, recorded routes, agreeing routes, the router's own agreeing routes,
+  // expert tokens...] summed over ranks (a rank without forwards adds zeros).
+  at::Tensor sums = at::zeros({5 + sparse * c.num_experts}, at::kDouble);
   if (s.forwards > 0) {
     sums[0] = static_cast<double>(s.forwards);
     sums[1] = s.aux_loss_sum.cpu();
     if (s.recorded_routes.defined()) {
       sums[2] = s.recorded_routes.cpu();
       sums[3] = s.agreeing_routes.cpu();
+      sums[4] = s.router_agreeing_routes.cpu();
     }
-    sums.narrow(0, 4, sparse * c.num_experts).copy_(s.expert_tokens.reshape({-1}).cpu());
+    sums.narrow(0, 5, sparse * c.num_experts).copy_(s.expert_tokens.reshape({-1}).cpu());
   }
   comm_.all_reduce(sums, ReduceOp::Sum);
   const double forwards = sums[0].item<double>();
   if (forwards == 0) return {};
   NamedFigures figures = {{"moe_aux_loss", sums[1].item<double>() / forwards}};
-  if (const double recorded = sums[2].item<double>(); recorded > 0)
+  if (const double recorded = sums[2].item<double>(); recorded > 0) {
     figures.push_back({"moe_route_agreement", sums[3].item<double>() / recorded});
-  const at::Tensor tokens = sums.narrow(0, 4, sparse * c.num_experts).view({sparse, c.num_experts});
+    figures.push_back({"moe_router_agreement", sums[4].item<double>() / recorded});
+  }
+  const at::Tensor tokens = sums.narrow(0, 5, sparse * c.num_experts).view({sparse, c.num_experts});
   for (int64_t l = 0, i = 0; l < c.num_hidden_layers; ++l) {
     if (!c.layer_is_sparse(l)) continue;
     figures.push_back({cat("moe_tokens_min/layer_", l), tokens[i].min().item<double>()});

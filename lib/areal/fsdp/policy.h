@@ -98,8 +98,10 @@ class Policy {
   // ranks: moe_aux_loss (a forward's load-balancing loss, their mean) and for each sparse
   // layer l moe_tokens_min/layer_l and moe_tokens_max/layer_l (the tokens routed to its
   // least and its most used expert), and with recorded experts moe_route_agreement (the
-  // share of tokens x sparse layers whose top-k equals the rollout's). Empty for a dense
-  // model. Collective.
+  // share of tokens x sparse layers whose experts in training, replayed or the router's
+  // own, are the rollout's: 1 with actor.router_replay) and moe_router_agreement (whose
+  // router's own top-k is the rollout's: the mismatch the replay removes). Empty for a
+  // dense model. Collective.
   NamedFigures router_figures();
   // What an optimizer updates: the adapter shards with LoRA, else the base shards.
   std::vector<at::Tensor> trainable() { return model_.trainable_shards(); }
