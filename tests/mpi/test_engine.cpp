@@ -340,6 +340,47 @@ TEST_CASE("engine: context parallelism gives the whole model's loss and gradient
   }
 }
 
+// LoRA with context parallelism: every rank runs the same rows, whole (c1) or its chunk
+// of them (c = the ranks, loss share x c); the adapters get the same gradients, the
+// engines built from the options (actor.backend).
+TEST_CASE("engine: LoRA adapters train alike with and without context parallelism", "[mpi][engine][lora]") {
+  if (g_me.world_size == 1 || g_me.world_size == 3) return;  // c = the ranks: 2 or 4 (the fixture's 4 heads)
+  const int64_t rows = 2, length = 8;
+  auto adapter_grads = [&](int64_t c) {
+    Config cfg;
+    cfg.model_path = kFixtures + "/llama_mha_bias";  // 4 key/value heads: c = 4 without repeats
+    cfg.device = "cpu";
+    cfg.actor.backend = cat("fsdp:d", g_me.world_size / c, "c", c);
+    cfg.actor.use_lora = true;
+    cfg.actor.lora_rank = 4;
+    cfg.actor.lora_alpha = 8;
+    cfg.actor.dtype = "float32";
+    FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
+    const ModelConfig& config = fsdp.model().config();
+    const at::Tensor ids = at::randint(config.vocab_size, {rows, length}, at::make_generator<at::CPUGeneratorImpl>(9), at::kLong);
+    const at::Tensor targets = at::cat({ids.narrow(1, 1, length - 1), at::full({rows, 1}, -100, at::kLong)}, 1);
+    const int64_t local = length / c, chunk = g_me.rank % c;
+    const at::Tensor logits =
+        fsdp.engine->forward(ids.narrow(1, chunk * local, local).contiguous(),
+                             attention_inputs(config, ids, at::ones_like(ids), nullptr, at::kFloat));
+    const at::Tensor sum = at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}),
+                                                  targets.narrow(1, chunk * local, local).reshape({-1}), {},
+                                                  at::Reduction::Sum, -100);
+    (sum * static_cast<double>(c) / static_cast<double>(rows * (length - 1))).backward();
+    std::vector<at::Tensor> grads;
+    for (at::Tensor& shard : fsdp.model().trainable_shards()) grads.push_back(shard.grad().clone());
+    return grads;
+  };
+  const auto whole = adapter_grads(1), chunked = adapter_grads(g_me.world_size);
+  REQUIRE(whole.size() == chunked.size());
+  double norm = 0;
+  for (size_t i = 0; i < whole.size(); ++i) {
+    CHECK(at::allclose(chunked[i], whole[i], 1e-4, 1e-6));
+    norm += whole[i].norm().item<double>();
+  }
+  CHECK(norm > 0);
+}
+
 // Routing replay through the Policy and its micro-batches (packed and padded): each
 // token goes to the experts recorded for it (position 2 has no record: its own), loss
 // and gradients equal to the whole model given the same experts, both ways of running
