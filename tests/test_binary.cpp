@@ -301,7 +301,8 @@ TEST_CASE("binary: a checkpoint that disagrees with its config ends the whole jo
 }
 
 // Also with context parallelism (actor.backend fsdp:d1c2 and fsdp:d2c2: every sequence
-// split over 2 ranks, attention by all-to-all of heads): the same run.
+// split over 2 ranks, attention by all-to-all of heads; d1c2 also with packed
+// micro-batches, the packed row split): the same run.
 TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 1 and -np 2", "[binary][mpi][sft]") {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("areal_sft_" + std::to_string(::getpid()));
@@ -311,9 +312,10 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
                            " --optimizer.lr 1e-3 --cluster.fileroot ";
   std::vector<std::vector<double>> losses;
   const std::vector<std::pair<std::string, std::string>> shapes = {
-      {"1", ""}, {"2", ""}, {"2", "fsdp:d1c2"}, {"4", "fsdp:d2c2"}};
+      {"1", ""}, {"2", ""}, {"2", "fsdp:d1c2"}, {"4", "fsdp:d2c2"}, {"2", "fsdp:d1c2 --actor.mb_spec.max_tokens_per_mb 40"}};
   for (const auto& [np, backend] : shapes) {
-    const std::string dir = np + backend.substr(std::min<size_t>(backend.size(), 5));
+    const std::string dir = np + backend.substr(std::min<size_t>(backend.size(), 5), 4) +
+                            (backend.find("max_tokens") != std::string::npos ? "packed" : "");
     Result r = run(mpirun_cmd() + " -np " + np + " " + kBin + (backend.empty() ? "" : " --actor.backend " + backend) +
                    args + (root / dir).string());
     INFO(r.output);
@@ -331,7 +333,7 @@ TEST_CASE("binary: --job sft gives the same losses and weights under mpirun -np 
   CHECK(losses[0].back() < losses[0].front() - 0.5);  // it learns
 
   auto one = areal::load_causal_lm((root / "1/areal-train/trial0/checkpoint").string(), at::kFloat);
-  for (const char* other : {"2", "2d1c2", "4d2c2"}) {
+  for (const char* other : {"2", "2d1c2", "4d2c2", "2d1c2packed"}) {
     auto two = areal::load_causal_lm((root / other / "areal-train/trial0/checkpoint").string(), at::kFloat);
     auto p1 = one->named_parameters(), p2 = two->named_parameters();
     for (size_t i = 0; i < p1.size(); ++i) {

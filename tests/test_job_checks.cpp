@@ -98,9 +98,6 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "training needs at least "},
       {"context parallelism outside job=sft", rl + "actor.backend=fsdp:d1c2",
        "option 'actor.backend': context parallelism (c2) is built for job=sft so far (job=rl"},
-      {"context parallelism with packed micro-batches", sft + "--train_dataset.batch_size 2 --actor.backend fsdp:d1c2 "
-                                                           "--actor.mb_spec.max_tokens_per_mb 64",
-       "context parallelism (c2) takes padded micro-batches: set actor.mb_spec.max_tokens_per_mb 0"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

@@ -11,8 +11,8 @@ namespace areal {
 MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bool packed, const at::Device& device,
                        ContextChunk context)
     : rows_(std::move(rows)), packed_(packed), device_(device), context_(context) {
-  if (context_.ranks > 1 && (packed_ || set.experts.defined()))
-    throw std::invalid_argument("MicroBatch: context parallelism takes padded rows without recorded experts");
+  if (context_.ranks > 1 && set.experts.defined())
+    throw std::invalid_argument("MicroBatch: context parallelism takes no recorded experts");
   const int64_t length = set.ids.size(1);
   targets_ = set.ids.narrow(1, 1, length - 1);
   for (int64_t r : rows_) lengths_.push_back(set.lengths.at(r));
@@ -27,8 +27,18 @@ MicroBatch::MicroBatch(const PaddedSequences& set, std::vector<int64_t> rows, bo
     if (set.experts.defined())
       experts_ = (pieces.empty() ? at::full({1, set.experts.size(2)}, -1, at::kShort) : at::cat(experts)).unsqueeze(0);
     if (pieces.empty()) lengths_ = {1};
-    ids_ = whole_ids_ = row.view({1, -1}).to(device_);
     width_ = row.numel();
+    if (context_.ranks > 1) {  // padding to a multiple of the group: a sequence of its own, with no loss
+      const int64_t padding = (row.numel() + context_.ranks - 1) / context_.ranks * context_.ranks - row.numel();
+      if (padding > 0) {
+        row = at::constant_pad_nd(row, {0, padding}, 0);
+        lengths_.push_back(padding);
+      }
+      width_ = row.numel() / context_.ranks;
+      first_ = context_.rank * width_;
+    }
+    whole_ids_ = row.view({1, -1}).to(device_);
+    ids_ = context_.ranks > 1 ? whole_ids_.narrow(1, first_, width_).contiguous() : whole_ids_;
   } else {
     const int64_t longest = std::max<int64_t>(2, *std::max_element(lengths_.begin(), lengths_.end()));
     at::Tensor ids = set.ids.index_select(0, at::tensor(rows_, at::kLong)).narrow(1, 0, std::min(longest, set.ids.size(1)));
@@ -80,7 +90,7 @@ at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {
     if (rows.size(1) < first_ + width_) rows = at::constant_pad_nd(rows, {0, first_ + width_ - rows.size(1)}, 0);
     return rows.narrow(1, first_, width_).to(device_);
   }
-  at::Tensor out = at::zeros({1, width_}, target_values.options());
+  at::Tensor out = at::zeros({1, whole_ids_.size(1)}, target_values.options());
   int64_t offset = 0;
   for (size_t i = 0; i < rows_.size(); ++i) {
     // Positions [offset, offset + length - 1) predict the sequence's own next tokens;
@@ -88,14 +98,15 @@ at::Tensor MicroBatch::lay_out(const at::Tensor& target_values) const {
     out[0].narrow(0, offset, lengths_[i] - 1).copy_(target_values[rows_[i]].narrow(0, 0, lengths_[i] - 1));
     offset += lengths_[i];
   }
-  return out.to(device_);
+  return out.narrow(1, first_, width_).to(device_);
 }
 
 void MicroBatch::put_back(const at::Tensor& laid_out, at::Tensor& out) const {
   int64_t offset = 0;
   for (size_t i = 0; i < rows_.size(); ++i) {
-    if (packed_) {
-      out[rows_[i]].narrow(0, 0, lengths_[i] - 1).copy_(laid_out[0].narrow(0, offset, lengths_[i] - 1));
+    if (packed_) {  // the sequence's positions [offset, offset + length - 1) inside this rank's columns
+      const int64_t from = std::max(offset, first_), to = std::min(offset + lengths_[i] - 1, first_ + width_);
+      if (to > from) out[rows_[i]].narrow(0, from - offset, to - from).copy_(laid_out[0].narrow(0, from - first_, to - from));
       offset += lengths_[i];
     } else {
       const int64_t n = std::clamp<int64_t>(out.size(1) - first_, 0, width_);
@@ -128,7 +139,7 @@ std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin,
                                       Communicator& comm, const at::Device& device, ContextChunk context) {
   std::vector<int64_t> rows(end - begin);
   std::iota(rows.begin(), rows.end(), begin);
-  if (max_tokens <= 0 || context.ranks > 1) return {MicroBatch(set, rows, /*packed=*/false, device, context)};
+  if (max_tokens <= 0) return {MicroBatch(set, rows, /*packed=*/false, device, context)};
 
   std::vector<int64_t> lengths;
   for (int64_t r : rows) lengths.push_back(set.lengths.at(r));
@@ -136,11 +147,12 @@ std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin,
   for (const auto& group : first_fit_decreasing(lengths, max_tokens)) {
     std::vector<int64_t> members;
     for (int64_t i : group) members.push_back(rows[i]);
-    out.emplace_back(set, std::move(members), /*packed=*/true, device);
+    out.emplace_back(set, std::move(members), /*packed=*/true, device, context);
   }
   at::Tensor count = at::tensor({static_cast<double>(out.size())}, at::kDouble);
   comm.all_reduce(count, ReduceOp::Max);
-  while (static_cast<double>(out.size()) < count.item<double>()) out.emplace_back(set, std::vector<int64_t>{}, true, device);
+  while (static_cast<double>(out.size()) < count.item<double>())
+    out.emplace_back(set, std::vector<int64_t>{}, true, device, context);
   return out;
 }
 

@@ -9,8 +9,8 @@
 // Every rank runs the same number of micro-batches (the most any rank needs; a rank
 // with fewer adds empty ones of one token and no loss), so collectives line up.
 // With context parallelism (ContextChunk) the rows are padded to a multiple of the
-// group and a rank runs its chunk of every row: forward()'s logits and the laid-out
-// values are that chunk's positions (padded micro-batches only).
+// group (a packed row's padding is a sequence of its own) and a rank runs its chunk of
+// every row: forward()'s logits and the laid-out values are that chunk's positions.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -45,9 +45,6 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
     };
     if (cfg.job != "sft") refuse(cat("is built for job=sft so far (job=", cfg.job, " trains without it: use c1)"));
     if (model.num_experts > 0) refuse("is not built for a mixture of experts");
-    if (cfg.actor.mb_spec.max_tokens_per_mb > 0)
-      refuse(cat("takes padded micro-batches: set actor.mb_spec.max_tokens_per_mb 0 (it is ",
-                 cfg.actor.mb_spec.max_tokens_per_mb, ")"));
     const int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
     if (heads % sequence_ranks != 0 || (kv % sequence_ranks != 0 && sequence_ranks % kv != 0))
       refuse(cat("splits the attention heads over the group: the model's ", heads, " heads and ", kv,

@@ -291,8 +291,8 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   const bool local = attention.cos_local.defined() && !c.sliding_layers.empty() && c.sliding_layers.at(layer);
   const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
   const ContextParallel* context = parallel.context && parallel.context->ranks > 1 ? parallel.context : nullptr;
-  if (context && (attention.cached || attention.sequence_starts.defined() || !attention.mask.defined()))
-    throw std::invalid_argument("decoder_layer: context parallelism takes padded rows with a mask (no cache, no packing)");
+  if (context && (attention.cached || (!attention.sequence_starts.defined() && !attention.mask.defined())))
+    throw std::invalid_argument("decoder_layer: context parallelism takes padded rows with a mask or packed rows (no cache)");
   // With context parallelism this rank's tokens are chunk `rank` of the sequence: their rotary rows.
   auto mine = [&](const at::Tensor& table) { return context ? table.narrow(1, context->rank * length, length) : table; };
   const at::Tensor cos = mine(local ? attention.cos_local : attention.cos);
@@ -301,6 +301,17 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   k = apply_rotary(k.transpose(1, 2), cos, sin);
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
   // attention reads the shared heads in place (enable_gqa) instead of copies per query head.
+  // Packed sequences: causal attention inside each sequence only.
+  auto packed = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
+    std::vector<at::Tensor> parts;
+    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
+      const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
+      parts.push_back(attend(c, q.narrow(2, begin, n), k.narrow(2, begin, n), v.narrow(2, begin, n), {},
+                             /*causal=*/true, window));
+    }
+    return at::cat(parts, 2);
+  };
   at::Tensor attended;
   if (attention.cached) {
     attended = attention.cached(q, k, v);
@@ -309,19 +320,14 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
     auto shared = [&](const at::Tensor& t) {
       return kv_heads < context->ranks ? t.repeat_interleave(context->ranks / kv_heads, 1) : t;
     };
+    const at::Tensor q_all = context->to_heads(q), k_all = context->to_heads(shared(k)), v_all = context->to_heads(shared(v));
     const bool windowed = window > 0 && attention.mask_local.defined();
-    attended = context->to_tokens(attend(c, context->to_heads(q), context->to_heads(shared(k)),
-                                         context->to_heads(shared(v)), windowed ? attention.mask_local : attention.mask,
-                                         /*causal=*/false));
-  } else if (attention.sequence_starts.defined()) {  // packed: causal attention inside each sequence only
-    const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
-    std::vector<at::Tensor> parts;
-    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
-      const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
-      parts.push_back(attend(c, q.narrow(2, begin, n), k.narrow(2, begin, n), v.narrow(2, begin, n), {},
-                             /*causal=*/true, window));
-    }
-    attended = at::cat(parts, 2);
+    attended = context->to_tokens(attention.sequence_starts.defined()
+                                      ? packed(q_all, k_all, v_all)
+                                      : attend(c, q_all, k_all, v_all,
+                                               windowed ? attention.mask_local : attention.mask, /*causal=*/false));
+  } else if (attention.sequence_starts.defined()) {
+    attended = packed(q, k, v);
   } else {
     keys = keys.defined() ? at::cat({keys, k}, 2) : k;
     values = values.defined() ? at::cat({values, v}, 2) : v;

@@ -144,7 +144,7 @@ at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<Rout
 // `choices` likewise, read and filled (ExpertChoices; N = B x T tokens, row-major).
 // `parallel.experts`: a sparse layer's experts run expert-parallel (then `w` has this
 // rank's only); `parallel.context`: `x` is this rank's chunk of each sequence (training,
-// padded rows: no cache, no packing).
+// padded rows with a mask or packed rows; no cache).
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {},
