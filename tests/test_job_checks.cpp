@@ -96,8 +96,10 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        " --job sft --model_path " + huge_vocab + " --train_dataset.path configs/data/arithmetic_sft.jsonl"
        " --train_dataset.batch_size 2 --cluster.fileroot " + root.string(),
        "training needs at least "},
-      {"context parallelism outside job=sft", rl + "actor.backend=fsdp:d1c2",
-       "option 'actor.backend': context parallelism (c2) is built for job=sft so far (job=rl"},
+      {"context parallelism with dynamic sampling", rl + "actor.backend=fsdp:d1c2 actor.dynamic_sampling=true",
+       "option 'actor.backend': context parallelism (c2) is not built with actor.dynamic_sampling"},
+      {"context parallelism with tensor-parallel generation", rl + "actor.backend=fsdp:d1c2 rollout.backend=sglang:d1t2",
+       "context parallelism (c2) in job=rl generates with every rank alone"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

@@ -263,7 +263,8 @@ std::vector<OptionSpec> declare_options() {
                "size), or `fsdp:dNeE` for a mixture of experts: each group of E of the N ranks runs "
                "experts/E of every sparse layer for the group's tokens (expert parallelism; E divides N and "
                "the experts), or `fsdp:dDcC`: D groups of C ranks, every sequence split over a group's C "
-               "ranks (context parallelism, job=sft). Empty: every rank trains."),
+               "ranks (context parallelism: job=sft, and job=rl with t1 generation). Empty: every rank "
+               "trains."),
       OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),

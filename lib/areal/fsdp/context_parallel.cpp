@@ -45,6 +45,7 @@ ContextParallelism::ContextParallelism(Communicator& comm, const ModelConfig& co
   if (config.num_experts > 0)
     throw std::invalid_argument("ContextParallelism: a mixture of experts is not built with context parallelism");
   group_ = comm.split(rank / degree, rank % degree);
+  data_group_ = comm.split(rank % degree, rank / degree);
   Communicator* group = group_.get();
   layer_parallel_.ranks = degree;
   layer_parallel_.rank = rank % degree;

@@ -30,9 +30,13 @@ class ContextParallelism {
   int rank() const { return static_cast<int>(layer_parallel_.rank); }  // in the group: its chunk
   // What a layer's attention calls (the group's all-to-alls, differentiable).
   const ContextParallel& layer_parallel() const { return layer_parallel_; }
+  // The group's ranks (they share their sequences), and the ranks of this one's chunk
+  // index over all groups (every sequence is on exactly one of them: batch statistics).
+  Communicator& group() { return *group_; }
+  Communicator& data_group() { return *data_group_; }
 
  private:
-  std::unique_ptr<Communicator> group_;
+  std::unique_ptr<Communicator> group_, data_group_;
   ContextParallel layer_parallel_;
 };
 

@@ -43,7 +43,16 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
     auto refuse = [&](const std::string& why) {
       throw ConfigError(cat("option 'actor.backend': context parallelism (c", sequence_ranks, ") ", why));
     };
-    if (cfg.job != "sft") refuse(cat("is built for job=sft so far (job=", cfg.job, " trains without it: use c1)"));
+    const Allocation allocation = parse_allocation(cfg);
+    if (cfg.job != "sft" && cfg.job != "rl")
+      refuse(cat("is built for job=sft and job=rl (job=", cfg.job, " trains nothing: use c1)"));
+    if (cfg.job == "rl") {  // what is built: colocated, each rank generating alone, plain GRPO-family steps
+      if (!cfg.rollout.backend.empty() && allocation.rollout.tensor != 1)
+        refuse("in job=rl generates with every rank alone: use a rollout.backend with t1");
+      if (cfg.actor.dynamic_sampling) refuse("is not built with actor.dynamic_sampling");
+      if (cfg.actor.importance_sampling_level == "sequence") refuse("is not built with GSPO's sequence-level ratio");
+      if (!cfg.env.empty()) refuse("is not built with multi-turn episodes (env)");
+    }
     if (model.num_experts > 0) refuse("is not built for a mixture of experts");
     const int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
     if (heads % sequence_ranks != 0 || (kv % sequence_ranks != 0 && sequence_ranks % kv != 0))
@@ -76,6 +85,16 @@ Policy::Policy(const Config& cfg, ShardedModel& model, Communicator& comm)
       engine_(make_engine(cfg, model, comm)) {}
 
 Policy::~Policy() = default;
+
+Communicator* Policy::context_comm() {
+  ContextParallelism* context = engine_->context_parallelism();
+  return context ? &context->group() : nullptr;
+}
+
+Communicator& Policy::data_comm() {
+  ContextParallelism* context = engine_->context_parallelism();
+  return context ? context->data_group() : comm_;
+}
 
 ContextChunk Policy::context_chunk() const {
   const ContextParallelism* context = engine_->context_parallelism();

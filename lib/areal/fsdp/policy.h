@@ -70,6 +70,10 @@ class Policy {
   Communicator& comm() { return comm_; }
   // The chunk of every sequence this rank trains on (actor.backend's c).
   ContextChunk context_chunk() const;
+  // With context parallelism: the ranks that share this one's sequences (nullptr without),
+  // and the ranks over which every sequence counts once (batch statistics; the world without).
+  Communicator* context_comm();
+  Communicator& data_comm();
 
   // ---- the train step ----
   // Logits [B, T, vocab] in the compute dtype. On the current weights they carry a graph

@@ -192,8 +192,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
   if (!cfg.valid_dataset.path.empty()) in.valid = load_valid(cfg, in);
 
-  const int trainers = allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size;
-  check_batch_size(cfg, trainers, "trains on");
+  // With context parallelism the c ranks of a group share their prompts.
+  const int trainers = (allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size) /
+                       static_cast<int>(allocation.actor.context);
+  check_batch_size(cfg, trainers, "trains on", allocation.actor.context);
   in.schedule = training_schedule(cfg, trainers, in.train->size(), "prompts");
   const int64_t smallest = static_cast<int64_t>(smallest_batch(in.schedule.epochs));
   if (allocation.separate && actor.dynamic_sampling && !cfg.dynamic_bs)
@@ -224,7 +226,7 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   // Colocated: every rank generates its share of a step; separate: a replica generates
   // rollout.max_concurrent_rollouts / D groups at once, and the trainers generate nothing.
   // A generation group generates its t ranks' answers together.
-  const int64_t per_rank = (td.batch_size + me.world_size - 1) / me.world_size * cfg.gconfig.n_samples;
+  const int64_t per_rank = (td.batch_size + trainers - 1) / trainers * cfg.gconfig.n_samples;
   const RolloutConfig& rc = cfg.rollout;
   const int64_t per_replica =
       ((rc.max_concurrent_rollouts > 0 ? rc.max_concurrent_rollouts : td.batch_size) + allocation.rollout.data - 1) /
@@ -316,6 +318,9 @@ JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& 
   if (separate && cfg.job != "rl")
     throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' give separate generation ranks, which only "
                           "job=rl uses (asynchronous RL); job=", cfg.job, " needs shapes that cover every rank"));
+  if (separate && allocation_for_world(cfg, me.world_size).actor.context > 1)
+    throw ConfigError("option 'actor.backend': context parallelism is not built with separate generation ranks "
+                      "(asynchronous RL)");
   if (separate && cfg.evaluator.n_samples > 0)
     throw ConfigError(cat("option 'evaluator.n_samples' = ", cfg.evaluator.n_samples, ": sampled evaluation is "
                           "built for colocated RL only; with separate generation ranks the held-out score is the "

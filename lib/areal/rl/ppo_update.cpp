@@ -40,11 +40,13 @@ at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
     for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
-                                              policy.comm(), device)) {
+                                              policy.comm(), device, policy.context_chunk())) {
       mb.put_back(answer_token_logprobs(mb, policy, weights, mb.lay_out(r.loss_mask) > 0, temperature).logprobs.cpu(),
                   out);
     }
   }
+  // Context parallelism: each rank wrote its chunk's positions; the group's sum is every row.
+  if (Communicator* group = policy.context_comm()) group->all_reduce(out, ReduceOp::Sum);
   return out * r.loss_mask;
 }
 
@@ -63,8 +65,8 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
                                  const at::Device& device) {
   const ActorConfig& actor = cfg.actor;
   MinibatchSums sums;
-  for (const MicroBatch& mb :
-       micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device)) {
+  for (const MicroBatch& mb : micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device,
+                                            policy.context_chunk())) {
     // The micro-batch's share of the minibatch's loss tokens (a mixture of experts'
     // load-balancing loss follows it: Policy::forward).
     const at::Tensor loss_mask = mb.lay_out(r.loss_mask);
@@ -122,7 +124,7 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
   if (actor.dynamic_sampling) {
     adv.kept = rollout.refilled
                    ? at::tensor(rollout.refill_kept, at::kFloat).repeat_interleave(n_samples)
-                   : groups_with_signal(score_tensor, n_samples, &comm);
+                   : groups_with_signal(score_tensor, n_samples, &policy.data_comm());
     r.loss_mask *= adv.kept.unsqueeze(1);
   }
   // Decoupled PPO keeps generation's log-probs as the behaviour's and recomputes the
@@ -150,11 +152,13 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
                                               actor.temperature, device);
     adv.kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
   }
-  at::Tensor normalized = normalize_rewards(score_tensor, actor.reward_norm, &comm, adv.kept);
+  // Batch statistics count every answer once (with context parallelism a group's ranks share theirs).
+  Communicator& rows_comm = policy.data_comm();
+  at::Tensor normalized = normalize_rewards(score_tensor, actor.reward_norm, &rows_comm, adv.kept);
   if (actor.mask_no_eos_with_zero) normalized = normalized * (1 - at::tensor(r.truncated_rows, at::kFloat));
   const at::Tensor advantages =
       token_advantages(normalized, adv.kl, r.loss_mask, actor.kl_ctl, actor.discount, actor.gae_lambda);
-  adv.advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &comm);
+  adv.advantages = normalize_advantages(advantages, r.loss_mask, actor.adv_norm, n_samples, &rows_comm);
   return adv;
 }
 
@@ -173,7 +177,7 @@ UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantag
     mb_units[0][m] = loss_units(mask, actor.loss_agg_mode);
     mb_units[1][m] = mask.sum().item<double>();
   }
-  comm.all_reduce(mb_units, ReduceOp::Sum);
+  policy.data_comm().all_reduce(mb_units, ReduceOp::Sum);  // every answer once
   // GSPO: which answer each target position belongs to (packed rows hold several).
   const at::Tensor answer_ids = actor.importance_sampling_level == "sequence"
                                     ? at::arange(rows, at::kFloat).unsqueeze(1).expand_as(r.loss_mask).contiguous()
@@ -208,6 +212,14 @@ UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantag
     figures.clipped += sums.clipped;
     figures.dual_clipped += sums.dual_clipped;
     figures.entropy += sums.entropy;
+  }
+  // Context parallelism: the token figures of the group's chunks, on each of its ranks.
+  if (Communicator* group = policy.context_comm()) {
+    at::Tensor token_sums = at::tensor({figures.clipped, figures.dual_clipped, figures.entropy}, at::kDouble);
+    group->all_reduce(token_sums, ReduceOp::Sum);
+    figures.clipped = token_sums[0].item<double>();
+    figures.dual_clipped = token_sums[1].item<double>();
+    figures.entropy = token_sums[2].item<double>();
   }
   return figures;
 }

@@ -48,8 +48,9 @@ void report_and_save(const Config& cfg, int64_t step, const std::vector<size_t>&
                      PeriodicSaver& saver, RunRecovery& recovery, Policy& policy, RlSummary& summary,
                      int bad_in_a_row, const GenerationLink* link) {
   const int64_t total = in.schedule.total_steps;
+  // Over the ranks where every answer counts once (with context parallelism a group shares them).
   const StepStats s = gather_step_stats(step, total, step / in.schedule.steps_per_epoch, batch.size(), parts,
-                                        source.asynchronous(), comm);
+                                        source.asynchronous(), policy.data_comm());
   if (step == 0) summary.first_reward = s.reward_mean;
   summary.last_reward = s.reward_mean;
   log::info(step_line(s));
