@@ -1,6 +1,8 @@
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/policy.h"
 
+#include "areal/config/allocation.h"
+
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/engine.h>
@@ -44,6 +46,11 @@ struct ForwardRecord : torch::CustomClassHolder {
   // routers' own top-k agreed with (float64 scalars, summed over the layers).
   at::Tensor recorded_routes, agreeing_routes, router_agreeing_routes;
 };
+
+// Whether `unit` is a sparse layer whose experts this engine runs expert-parallel.
+static bool runs_local_experts(const FsdpEngine& engine, size_t unit) {
+  return engine.expert_parallelism() && engine.expert_parallelism()->covers(unit);
+}
 
 // What one use of a unit computes. Everything a use needs in its backward is here,
 // fixed at forward time, and travels in the autograd context's saved data (save/load),
@@ -113,9 +120,7 @@ struct UnitCall {
     return {record->id, static_cast<int64_t>(use), adapter, backward};
   }
   // A sparse layer under expert parallelism gathers only the weights this rank runs.
-  bool expert_parallel() const {
-    return engine->expert_parallelism() && engine->expert_parallelism()->covers(unit);
-  }
+  bool expert_parallel() const { return runs_local_experts(*engine, unit); }
   const UnitLayout& base_layout() const {
     return expert_parallel() ? engine->expert_parallelism()->local_layout(unit) : engine->model().units().at(unit);
   }
@@ -313,8 +318,7 @@ void start_use(FsdpEngine& engine, const ForwardRecord& record, size_t i, bool b
   const ForwardRecord::Use& use = record.uses[i];
   ShardedModel& model = engine.model();
   const GatherKey key{record.id, static_cast<int64_t>(i), false, backward};
-  const bool local = engine.expert_parallelism() && engine.expert_parallelism()->covers(use.unit);
-  if (!local)
+  if (!runs_local_experts(engine, use.unit))
     start_unit(engine, key, model.units().at(use.unit), model.shard(use.unit), backward ? use.flat : at::Tensor());
   if (use.with_adapter)
     start_unit(engine, GatherKey{record.id, static_cast<int64_t>(i), true, backward},
@@ -526,8 +530,9 @@ std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, 
                                              dtype_from_name(cfg.actor.grad_reduce_dtype));
   engine->set_gradient_checkpointing(cfg.actor.gradient_checkpointing);
   engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
-  engine->set_expert_parallel(static_cast<int>(expert_parallel_degree(cfg)));
-  engine->set_context_parallel(static_cast<int>(context_parallel_degree(cfg)));
+  const EngineShape mesh = parse_allocation(cfg).actor;  // e: experts' groups, c: sequences' groups
+  engine->set_expert_parallel(static_cast<int>(mesh.expert));
+  engine->set_context_parallel(static_cast<int>(mesh.context));
   return engine;
 }
 

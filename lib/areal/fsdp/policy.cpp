@@ -34,16 +34,16 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0 && cfg.actor.router_replay)
     throw ConfigError(cat("option 'actor.router_replay' = true: the model (", model.model_type, ", ", cfg.model_path,
                           ") is dense and has no router to replay"));
-  const int64_t expert_ranks = expert_parallel_degree(cfg);
+  const Allocation allocation = parse_allocation(cfg);
+  const int64_t expert_ranks = allocation.actor.expert;
   if (expert_ranks > 1 && model.num_experts == 0)
     throw ConfigError(cat("option 'actor.backend': expert parallelism (e", expert_ranks, ") needs a mixture of experts; "
                           "the model (", model.model_type, ", ", cfg.model_path, ") is dense (use e1)"));
-  const int64_t sequence_ranks = context_parallel_degree(cfg);
+  const int64_t sequence_ranks = allocation.actor.context;
   if (sequence_ranks > 1) {
     auto refuse = [&](const std::string& why) {
       throw ConfigError(cat("option 'actor.backend': context parallelism (c", sequence_ranks, ") ", why));
     };
-    const Allocation allocation = parse_allocation(cfg);
     if (cfg.job != "sft" && cfg.job != "rl")
       refuse(cat("is built for job=sft and job=rl (job=", cfg.job, " trains nothing: use c1)"));
     if (cfg.job == "rl") {  // what is built: colocated, each rank generating alone, plain GRPO-family steps
@@ -66,9 +66,6 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
                           "); use an e that divides ", model.num_experts));
 }
 
-int64_t expert_parallel_degree(const Config& cfg) { return parse_allocation(cfg).actor.expert; }
-
-int64_t context_parallel_degree(const Config& cfg) { return parse_allocation(cfg).actor.context; }
 
 double router_aux_loss_coef(const Config& cfg, const ModelConfig& model) {
   if (model.num_experts == 0) return 0;

@@ -39,11 +39,7 @@ void check_policy_model(const Config& cfg, const ModelConfig& model);
 // or (-1) the model's own as transformers takes it (its router_aux_loss_coef when its
 // config.json sets output_router_logits, else 0). 0 for a dense model.
 double router_aux_loss_coef(const Config& cfg, const ModelConfig& model);
-// actor.backend's e: how many ranks compute a mixture of experts' experts together
-// (expert parallelism; 1: none).
-int64_t expert_parallel_degree(const Config& cfg);
-// actor.backend's c: how many ranks share every sequence (context parallelism; 1: none).
-int64_t context_parallel_degree(const Config& cfg);
+
 
 // A step's figures by name, in order (the loops' stats rows).
 using NamedFigures = std::vector<std::pair<std::string, double>>;

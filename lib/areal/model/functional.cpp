@@ -193,15 +193,17 @@ at::Tensor through_parallel_experts(const ModelConfig& c, const ExpertParallel& 
   for (int64_t s = 0; s < p.ranks; ++s)
     for (int64_t l = 0; l < local; ++l) recv_rows[s] += received[s * local + l];
   const at::Tensor rows = p.exchange(sent, send_rows, recv_rows);
-  // The received rows regrouped by expert: expert l's from every source in turn.
-  std::vector<int64_t> by_expert, expert_rows(local, 0);
+  // The received rows regrouped by expert: expert l's from every source in turn. Rank s's
+  // rows for expert l start at first_row[s * local + l] (sources in order, experts in order).
+  std::vector<int64_t> first_row(received.size()), by_expert, expert_rows(local, 0);
+  for (size_t i = 0, at = 0; i < received.size(); at += static_cast<size_t>(received[i]), ++i)
+    first_row[i] = static_cast<int64_t>(at);
   by_expert.reserve(rows.size(0));
   for (int64_t l = 0; l < local; ++l)
-    for (int64_t s = 0, source_begin = 0; s < p.ranks; source_begin += recv_rows[s], ++s) {
-      int64_t at = source_begin;
-      for (int64_t before = 0; before < l; ++before) at += received[s * local + before];
-      for (int64_t i = 0; i < received[s * local + l]; ++i) by_expert.push_back(at + i);
-      expert_rows[l] += received[s * local + l];
+    for (int64_t s = 0; s < p.ranks; ++s) {
+      const int64_t n = received[s * local + l];
+      for (int64_t i = 0; i < n; ++i) by_expert.push_back(first_row[s * local + l] + i);
+      expert_rows[l] += n;
     }
   const at::Tensor index = at::tensor(by_expert, at::kLong).to(rows.device());
   const at::Tensor grouped = rows.index_select(0, index);
