@@ -337,7 +337,14 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   // Refusals name the option and say why.
   CHECK_THAT(error_of([&] { shapes("sglang:d2t2", "", "sglang:d1t4+fsdp:d4", 4); }), Contains("disagrees"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d2p2", "static", 2); }), Contains("'actor.backend'") && Contains("pipeline"));
-  CHECK_THAT(error_of([&] { shapes("", "fsdp:d1t2", "static", 2); }), Contains("tensor-parallel training"));
+  // Training's t and c: d x t x c ranks; t with e is refused.
+  Allocation mesh = shapes("", "fsdp:d1t2c2", "static", 4);
+  CHECK((mesh.actor.tensor == 2 && mesh.actor.context == 2 && mesh.actor.sharing() == 4 && mesh.actor.ranks() == 4));
+  CHECK_THAT(describe_allocation(mesh), Contains("1 data-parallel groups of 4: 2 tensor-parallel ranks x every "
+                                                 "sequence over 2 ranks"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2t2e2", "static", 4); }), Contains("tensor and expert parallelism"));
+  CHECK_THAT(error_of([&] { shapes("", "fsdp:d2t2", "static", 2); }),
+             Contains("'fsdp:d2t2' asks for 4 training ranks (d x t x c) but the job has 2"));
   CHECK_THAT(error_of([&] { shapes("", "megatron", "static", 2); }), Contains("engine 'megatron'"));
   CHECK_THAT(error_of([&] { shapes("tgi:d1t2", "", "static", 2); }), Contains("'rollout.backend'") && Contains("'tgi'"));
   CHECK_THAT(error_of([&] { shapes("", "", "d0", 2); }), Contains("positive count"));
@@ -371,7 +378,7 @@ TEST_CASE("backends: rollout.backend, actor.backend and the deprecated allocatio
   // Context parallelism (training): d groups of c ranks, every sequence over a group's ranks.
   Allocation sequences = shapes("", "fsdp:d2c2", "static", 4);
   CHECK((sequences.actor.data == 2 && sequences.actor.context == 2 && sequences.actor.ranks() == 4));
-  CHECK_THAT(describe_allocation(sequences), Contains("FSDP over 4 ranks (2 x 2: every sequence over 2 ranks)"));
+  CHECK_THAT(describe_allocation(sequences), Contains("FSDP over 4 ranks (2 data-parallel groups of 2: every sequence over 2 ranks)"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d2c2", "static", 2); }), Contains("asks for 4 training ranks"));
   CHECK_THAT(error_of([&] { shapes("sglang:d2c2", "", "static", 4); }), Contains("context-parallel generation"));
   CHECK_THAT(error_of([&] { shapes("", "fsdp:d2c2e2", "static", 4); }), Contains("context and expert parallelism"));

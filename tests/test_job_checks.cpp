@@ -56,6 +56,9 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
   // A mixture of experts whose 3 experts do not divide over groups of 2 ranks.
   const std::string three_experts = edited_model("three_experts", {{"\"num_local_experts\": 4", "\"num_local_experts\": 3"}},
                                                  "tiny_moe_chat");
+  // One attention head: nothing for tensor parallelism to split.
+  const std::string one_head = edited_model("one_head", {{"\"num_attention_heads\": 4", "\"num_attention_heads\": 1"},
+                                                         {"\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"}});
   const std::string sft = " --job sft --init_from_scratch true --train_dataset.path configs/data/arithmetic_sft.jsonl"
                           " --cluster.fileroot " + root.string() + " ";
   const std::vector<BadCase> cases = {
@@ -100,6 +103,13 @@ TEST_CASE("job checks: config errors exit 2 before the staged init starts", "[bi
        "option 'actor.backend': context parallelism (c2) is not built with actor.dynamic_sampling"},
       {"context parallelism with tensor-parallel generation", rl + "actor.backend=fsdp:d1c2 rollout.backend=sglang:d1t2",
        "context parallelism (c2) in job=rl generates with every rank alone"},
+      {"tensor parallelism that does not split the heads", rl + "actor.backend=fsdp:d1t2 model_path=" + one_head,
+       "option 'actor.backend': tensor parallelism (t2) splits the attention heads and the MLP: the model's 1 heads"},
+      {"tensor parallelism on a mixture of experts",
+       rl + "actor.backend=fsdp:d1t2 model_path=" + source_path("tests/fixtures/models/tiny_moe_chat"),
+       "option 'actor.backend': tensor parallelism (t2) is not built for a mixture of experts"},
+      {"a training mesh that is not the world", rl + "actor.backend=fsdp:d2t2",
+       "option 'actor.backend': 'fsdp:d2t2' asks for 4 training ranks (d x t x c) but the job has 2"},
       {"recover.mode resume without a recover checkpoint", rl + "recover.mode=resume",
        "'recover.mode' = resume: there is no recover checkpoint in"},
       {"separate generation ranks for job=sft", sft + "--train_dataset.batch_size 2 --rollout.backend areal:d1t1 "

@@ -165,14 +165,15 @@ TEST_CASE("recover: no_save_optim leaves the moments out, and resuming it needs 
 }
 
 // Also on another mesh: at 4 ranks as fsdp:d2c2 and at 2 as fsdp:d1c2 (every sequence
-// over 2 ranks, context parallelism).
+// over 2 ranks, context parallelism), at 4 as fsdp:d2t2 (each layer over 2 ranks, tensor
+// parallelism).
 TEST_CASE("recover: a run saved at 2 ranks continues at 1 and at 4 ranks", "[binary][mpi][recover]") {
   SftRuns runs;
   Result killed = runs.sft(2, "resized", "AREAL_TEST_CRASH_AT=sft:step5");
   INFO(killed.output);
   REQUIRE(recovered_step(runs.run_dir("resized")) == 4);
   for (const auto& [ranks, backend] : std::vector<std::pair<int, std::string>>{
-           {1, ""}, {4, ""}, {4, "fsdp:d2c2"}, {2, "fsdp:d1c2"}}) {
+           {1, ""}, {4, ""}, {4, "fsdp:d2c2"}, {2, "fsdp:d1c2"}, {4, "fsdp:d2t2"}}) {
     INFO(ranks << " ranks " << backend);
     const std::string name = "resized" + std::to_string(ranks) + backend.substr(std::min<size_t>(backend.size(), 5));
     fs::create_directories(runs.run_dir(name));

@@ -146,11 +146,12 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
   CHECK_FALSE(at::equal(ep_saved.read(expert), initial.read(expert)));
 }
 
-// Context parallelism (actor.backend fsdp:d1c2 at np 2, fsdp:d2c2 at np 4): a group's
-// ranks take the same prompts, generate the same answers and train on their chunks of
-// them; two GRPO steps with a KL reference, recomputed log-probs and two minibatches give
-// one process's figures.
-TEST_CASE("rl job: GRPO with context parallelism gives one process's steps", "[rl][binary][mpi]") {
+// Context parallelism (actor.backend fsdp:d1c2 at np 2, fsdp:d2c2 at np 4) and tensor
+// parallelism (fsdp:d1t2 at np 2, fsdp:d1t2c2 at np 4): a group's ranks take the same
+// prompts, generate the same answers and train on their chunks of them or their slices
+// of the layers (log-probs and entropies from the vocabulary's columns); two GRPO steps
+// with a KL reference, recomputed log-probs and two minibatches give one process's figures.
+TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's steps", "[rl][binary][mpi]") {
   const fs::path root = fresh_dir("context");
   auto steps = [&](int np, const std::string& backend) {
     const fs::path dir = root / (std::to_string(np) + backend.substr(5));
@@ -161,14 +162,15 @@ TEST_CASE("rl job: GRPO with context parallelism gives one process's steps", "[r
                    " actor.recompute_logprob=true actor.ppo_n_minibatches=2 cluster.fileroot=" + dir.string());
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    if (backend != "fsdp:d1") CHECK_THAT(r.output, Contains("every sequence over 2 ranks"));
+    if (backend.find("c2") != std::string::npos) CHECK_THAT(r.output, Contains("every sequence over 2 ranks"));
+    if (backend.find("t2") != std::string::npos) CHECK_THAT(r.output, Contains("data-parallel group"));
     std::vector<json> rows = read_jsonl(dir / "ci-smoke" / "trial0" / "stats.jsonl");
     REQUIRE(rows.size() == 2);
     return rows;
   };
   const std::vector<json> one = steps(1, "fsdp:d1");
   CHECK(one[1]["kl"].get<double>() > 0);
-  for (const auto& [np, backend] : std::vector<std::pair<int, std::string>>{{2, "fsdp:d1c2"}, {4, "fsdp:d2c2"}}) {
+  for (const auto& [np, backend] : std::vector<std::pair<int, std::string>>{{2, "fsdp:d1c2"}, {4, "fsdp:d2c2"}, {2, "fsdp:d1t2"}, {4, "fsdp:d1t2c2"}}) {
     const std::vector<json> got = steps(np, backend);
     for (size_t i = 0; i < 2; ++i)
       for (const char* key : {"reward_mean", "response_length_mean", "loss", "grad_norm", "kl", "entropy", "clip_fraction"}) {

@@ -13,6 +13,7 @@
 #include "areal/fsdp/policy.h"
 #include "areal/fsdp/overlap.h"
 #include "areal/fsdp/staged_init.h"
+#include "areal/fsdp/tensor_parallel.h"
 #include "areal/model/hf_weights.h"
 #include "areal/optim/adamw.h"
 #include <torch/torch.h>
@@ -264,7 +265,6 @@ TEST_CASE("engine: LoRA adapters train alike with and without expert parallelism
     cfg.actor.use_lora = true;
     cfg.actor.lora_rank = 4;
     cfg.actor.lora_alpha = 8;
-    cfg.actor.target_modules = {"all-linear"};
     cfg.actor.dtype = "float32";
     FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
     CHECK((fsdp.engine->expert_parallelism() != nullptr) == (backend != "fsdp"));
@@ -340,17 +340,93 @@ TEST_CASE("engine: context parallelism gives the whole model's loss and gradient
   }
 }
 
-// LoRA with context parallelism: every rank runs the same rows, whole (c1) or its chunk
-// of them (c = the ranks, loss share x c); the adapters get the same gradients, the
+// The summed next-token loss of a rank's logits ([rows, width, columns]: its chunk of
+// the rows' positions, first position `first`, its vocabulary columns with tensor
+// parallelism) against the rows `ids` [rows, length]; a row's last token has no target.
+at::Tensor chunk_loss_sum(FsdpEngine& engine, const at::Tensor& logits, const at::Tensor& ids, int64_t first) {
+  const int64_t rows = logits.size(0), width = logits.size(1), length = ids.size(1);
+  const at::Tensor targets =
+      at::cat({ids.narrow(1, 1, length - 1), at::full({rows, 1}, -100, at::kLong)}, 1).narrow(1, first, width);
+  if (const TensorParallelism* tensor = engine.tensor_parallelism()) {
+    const at::Tensor real = targets >= 0;
+    const at::Tensor logp = vocab_parallel_logprobs(*tensor, logits, targets.clamp_min(0), 1.0, false).logprobs;
+    return -(logp * real).sum();
+  }
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), {}, at::Reduction::Sum,
+                                -100);
+}
+
+// Tensor parallelism, alone and with data and context parallelism: ranks
+// ((group x c) + chunk) x t + place; a tensor group's ranks run the same rows, each its
+// heads, channels and vocabulary columns (the loss over them joined without gathering
+// the logits), a context group's ranks their chunks. Every rank's loss share is its
+// group's chunk loss over the group's targets, times t x c (the unit gradients are
+// averaged over all ranks). Loss and gradients equal the whole model's mean over the
+// groups: t2 (np 2), t4, d2t2 and t2c2 (np 4); tied and untied heads, biases (a
+// row-parallel one on the first rank), soft-caps and Gemma's four norms, per-head norms,
+// sliding windows, shared key/value heads (t4), padding, both ways of running.
+TEST_CASE("engine: tensor parallelism gives the whole model's loss and gradients", "[mpi][engine]") {
+  struct Mesh {
+    int64_t t, c;
+  };
+  for (const Mesh mesh : {Mesh{2, 1}, Mesh{4, 1}, Mesh{2, 2}}) {
+    if (g_me.world_size % (mesh.t * mesh.c) != 0 || g_me.world_size < mesh.t * mesh.c) continue;
+    for (const auto& name : {"qwen2_tied", "llama_mha_bias", "gemma2", "gemma3_window", "mistral_window"})
+      for (bool checkpointing : {false, true}) {
+        const int64_t sharing = mesh.t * mesh.c, groups = g_me.world_size / sharing;
+        INFO(name << ", d" << groups << "t" << mesh.t << "c" << mesh.c
+                  << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
+        const std::string path = kFixtures + "/" + name;
+        LoadedEngine loaded = load_engine(path, checkpointing);
+        FsdpEngine& engine = *loaded.engine;
+        engine.set_tensor_parallel(static_cast<int>(mesh.t));
+        engine.set_context_parallel(static_cast<int>(mesh.c));
+        const ModelConfig& c = loaded.init.model->config();
+        const int64_t group = g_me.rank / sharing, chunk = (g_me.rank / mesh.t) % mesh.c;
+        const int64_t rows = 2, length = 8, local = length / mesh.c;
+        at::Tensor all_ids = at::randint(c.vocab_size, {rows * groups, length},
+                                         at::make_generator<at::CPUGeneratorImpl>(45), at::kLong);
+        at::Tensor all_mask = at::ones_like(all_ids);
+        all_mask.select(0, 1).narrow(0, length - 3, 3).zero_();  // group 0's second row ends in padding
+        const at::Tensor ids = all_ids.narrow(0, group * rows, rows), mask = all_mask.narrow(0, group * rows, rows);
+        const AttentionInputs attention = attention_inputs(c, ids, mask, nullptr, at::kFloat);
+        const at::Tensor logits = engine.forward(ids.narrow(1, chunk * local, local).contiguous(), attention);
+        CHECK(logits.size(-1) == (mesh.t == 1 ? c.vocab_size : engine.tensor_parallelism()->vocab_rows()));
+        const at::Tensor share =
+            chunk_loss_sum(engine, logits, ids, chunk * local) / static_cast<double>(rows * (length - 1));
+        (share * static_cast<double>(sharing)).backward();
+        at::Tensor summed = share.detach().clone();
+        g_comm->all_reduce(summed, ReduceOp::Sum);  // each group's loss t times (its tensor ranks')
+
+        auto reference = load_causal_lm(path, at::kFloat);
+        for (auto& p : reference->parameters()) p.requires_grad_(true);
+        std::vector<at::Tensor> losses;
+        for (int64_t g = 0; g < groups; ++g) {
+          const at::Tensor r_ids = all_ids.narrow(0, g * rows, rows), r_mask = all_mask.narrow(0, g * rows, rows);
+          losses.push_back(next_token_loss(reference->forward(r_ids, r_mask), r_ids));
+        }
+        const at::Tensor mean = at::stack(losses).mean();
+        mean.backward();
+        CHECK(std::abs(summed.item<double>() / static_cast<double>(groups * mesh.t) - mean.item<double>()) < 1e-5);
+        check_grads_equal(gathered_grads(*loaded.init.model), reference_grads(*reference));
+      }
+  }
+}
+
+// LoRA with tensor and context parallelism: every rank runs the same rows, whole (d = the
+// ranks), or its slices of the layers (t = the ranks, and t2c2 at np 4: adapters on a
+// column-parallel projection split by lora_B's rows, on a row-parallel one by lora_A's
+// columns, the other side whole with its gradient summed over the group) or its chunk of
+// them (c = the ranks), loss share x t x c; the adapters get the same gradients, the
 // engines built from the options (actor.backend).
-TEST_CASE("engine: LoRA adapters train alike with and without context parallelism", "[mpi][engine][lora]") {
-  if (g_me.world_size == 1 || g_me.world_size == 3) return;  // c = the ranks: 2 or 4 (the fixture's 4 heads)
+TEST_CASE("engine: LoRA adapters train alike with and without tensor and context parallelism", "[mpi][engine][lora]") {
+  if (g_me.world_size == 1 || g_me.world_size == 3) return;  // t, c = the ranks: 2 or 4 (the fixture's 4 heads)
   const int64_t rows = 2, length = 8;
-  auto adapter_grads = [&](int64_t c) {
+  auto adapter_grads = [&](int64_t t, int64_t c) {
     Config cfg;
     cfg.model_path = kFixtures + "/llama_mha_bias";  // 4 key/value heads: c = 4 without repeats
     cfg.device = "cpu";
-    cfg.actor.backend = cat("fsdp:d", g_me.world_size / c, "c", c);
+    cfg.actor.backend = cat("fsdp:d", g_me.world_size / (t * c), "t", t, "c", c);
     cfg.actor.use_lora = true;
     cfg.actor.lora_rank = 4;
     cfg.actor.lora_alpha = 8;
@@ -358,27 +434,30 @@ TEST_CASE("engine: LoRA adapters train alike with and without context parallelis
     FsdpModel fsdp = make_fsdp_engine(cfg, g_me, *g_comm);
     const ModelConfig& config = fsdp.model().config();
     const at::Tensor ids = at::randint(config.vocab_size, {rows, length}, at::make_generator<at::CPUGeneratorImpl>(9), at::kLong);
-    const at::Tensor targets = at::cat({ids.narrow(1, 1, length - 1), at::full({rows, 1}, -100, at::kLong)}, 1);
-    const int64_t local = length / c, chunk = g_me.rank % c;
+    const int64_t local = length / c, chunk = (g_me.rank / t) % c;
     const at::Tensor logits =
         fsdp.engine->forward(ids.narrow(1, chunk * local, local).contiguous(),
                              attention_inputs(config, ids, at::ones_like(ids), nullptr, at::kFloat));
-    const at::Tensor sum = at::cross_entropy_loss(logits.reshape({-1, config.vocab_size}),
-                                                  targets.narrow(1, chunk * local, local).reshape({-1}), {},
-                                                  at::Reduction::Sum, -100);
-    (sum * static_cast<double>(c) / static_cast<double>(rows * (length - 1))).backward();
+    const at::Tensor sum = chunk_loss_sum(*fsdp.engine, logits, ids, chunk * local);
+    (sum * static_cast<double>(t * c) / static_cast<double>(rows * (length - 1))).backward();
     std::vector<at::Tensor> grads;
     for (at::Tensor& shard : fsdp.model().trainable_shards()) grads.push_back(shard.grad().clone());
     return grads;
   };
-  const auto whole = adapter_grads(1), chunked = adapter_grads(g_me.world_size);
-  REQUIRE(whole.size() == chunked.size());
-  double norm = 0;
-  for (size_t i = 0; i < whole.size(); ++i) {
-    CHECK(at::allclose(chunked[i], whole[i], 1e-4, 1e-6));
-    norm += whole[i].norm().item<double>();
+  const auto whole = adapter_grads(1, 1);
+  std::vector<std::pair<int64_t, int64_t>> meshes = {{1, g_me.world_size}, {g_me.world_size, 1}};
+  if (g_me.world_size == 4) meshes.push_back({2, 2});
+  for (const auto& [t, c] : meshes) {
+    INFO("t" << t << "c" << c);
+    const auto split = adapter_grads(t, c);
+    REQUIRE(whole.size() == split.size());
+    double norm = 0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      CHECK(at::allclose(split[i], whole[i], 1e-4, 1e-6));
+      norm += whole[i].norm().item<double>();
+    }
+    CHECK(norm > 0);
   }
-  CHECK(norm > 0);
 }
 
 // Routing replay through the Policy and its micro-batches (packed and padded): each

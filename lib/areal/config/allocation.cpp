@@ -61,9 +61,9 @@ EngineShape parse_engine_shape(const std::string& text, const std::string& optio
   if (!generation && shape.data % shape.expert != 0)
     return refuse(cat("asks for experts over groups of ", shape.expert, " ranks, which does not divide the ", shape.data,
                       " data-parallel ranks (e folds into d: use an e that divides d)"));
-  if (!generation && shape.tensor != 1)
-    return refuse("asks for tensor-parallel training, which areal-train does not have: it trains with FSDP "
-                  "(tensor parallelism is for generation, in rollout.backend)");
+  if (!generation && shape.tensor != 1 && shape.expert != 1)
+    return refuse("asks for tensor and expert parallelism together in training, which areal-train does not have "
+                  "(use t1 with e, or e1 with t)");
   return shape;
 }
 
@@ -105,8 +105,10 @@ void check_allocation_against_world(Allocation& a, int world_size) {
     return;
   }
   if (a.actor.ranks() != world_size)
-    throw ConfigError(cat("option 'actor.backend': 'fsdp:d", a.actor.data, "' asks for ", a.actor.ranks(),
-                          " training ranks but the job has ", world_size, " (launch with mpirun -np ",
+    throw ConfigError(cat("option 'actor.backend': 'fsdp:d", a.actor.data,
+                          a.actor.tensor > 1 ? cat("t", a.actor.tensor) : std::string(),
+                          a.actor.context > 1 ? cat("c", a.actor.context) : std::string(), "' asks for ",
+                          a.actor.ranks(), " training ranks (d x t x c) but the job has ", world_size, " (launch with mpirun -np ",
                           a.actor.ranks(), ", or leave actor.backend empty)"));
   throw ConfigError(cat("option 'rollout.backend': '", a.rollout.engine, ":d", a.rollout.data, "t", a.rollout.tensor,
                         "' asks for ", a.rollout.ranks(), " generation ranks (d x t) but the job has ", world_size,
@@ -127,9 +129,12 @@ std::string describe_allocation(const Allocation& a) {
              builtin_name ? "" : cat(" (the built-in engine in the shape of ", a.rollout.engine, ")"),
              "; training: FSDP over ", a.actor.ranks(), a.actor.ranks() == 1 ? " rank" : " ranks",
              a.actor.expert > 1 ? cat(", experts over groups of ", a.actor.expert, " ranks") : std::string(),
-             a.actor.context > 1 ? cat(" (", a.actor.data, " x ", a.actor.context, ": every sequence over ",
-                                       a.actor.context, " ranks)")
-                                 : std::string(),
+             a.actor.sharing() > 1
+                 ? cat(" (", a.actor.data, " data-parallel groups of ", a.actor.sharing(), ": ",
+                       a.actor.tensor > 1 ? cat(a.actor.tensor, " tensor-parallel ranks") : std::string(),
+                       a.actor.tensor > 1 && a.actor.context > 1 ? " x " : "",
+                       a.actor.context > 1 ? cat("every sequence over ", a.actor.context, " ranks") : std::string(), ")")
+                 : std::string(),
              a.separate ? cat("; separate (asynchronous RL): ranks 0-", a.generation_ranks() - 1, " generate, ranks ",
                               a.generation_ranks(), "-", a.generation_ranks() + a.actor.ranks() - 1, " train")
                         : std::string("; colocated"));

@@ -14,7 +14,7 @@ namespace areal {
 struct EngineShape {
   std::string engine;  // "areal", "sglang", "vllm" (generation); "fsdp" (training); "" when not given
   int64_t data = 0;    // D replicas; 0 when not given (every rank)
-  int64_t tensor = 1;  // T ranks per replica
+  int64_t tensor = 1;  // T ranks per replica (training: each layer split over T ranks, tensor parallelism)
   // A mixture of experts' experts computed by groups of E ranks (expert parallelism, AReaL's
   // `e`, folded into the ranks, not added to them): in training E of the D ranks; in
   // generation E = T, experts whole on the group's ranks (1: each expert split over T).
@@ -23,6 +23,8 @@ struct EngineShape {
   // AReaL's `c`); D groups of C ranks train.
   int64_t context = 1;
   int64_t ranks() const { return data * tensor * context; }
+  // Training: the ranks that share each row of a batch (a data-parallel group: T x C).
+  int64_t sharing() const { return tensor * context; }
 };
 
 struct Allocation {

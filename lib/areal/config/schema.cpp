@@ -262,9 +262,10 @@ std::vector<OptionSpec> declare_options() {
           .doc("Training shape, AReaL's spelling `fsdp:dN` (N data-parallel FSDP ranks; N = the world "
                "size), or `fsdp:dNeE` for a mixture of experts: each group of E of the N ranks runs "
                "experts/E of every sparse layer for the group's tokens (expert parallelism; E divides N and "
-               "the experts), or `fsdp:dDcC`: D groups of C ranks, every sequence split over a group's C "
-               "ranks (context parallelism: job=sft, and job=rl with t1 generation). Empty: every rank "
-               "trains."),
+               "the experts), or `fsdp:dDtTcC` (D x T x C = the world size): D data-parallel groups of "
+               "T x C ranks sharing their rows, each layer's heads, channels and vocabulary split over T "
+               "consecutive ranks (tensor parallelism) and every sequence over C ranks (context "
+               "parallelism); both for job=sft, and job=rl with t1 generation. Empty: every rank trains."),
       OPTION(actor.dtype).doc("Compute dtype of gathered weights and activations (shards stay float32).")
           .choices(dtypes),
       OPTION(actor.grad_reduce_dtype).doc("Dtype in which gradients are reduce-scattered.").choices(dtypes),

@@ -33,10 +33,10 @@ at::Tensor tokens_for_heads(Communicator& group, const at::Tensor& x) {
 
 }  // namespace
 
-ContextParallelism::ContextParallelism(Communicator& comm, const ModelConfig& config, int degree) {
+ContextParallelism::ContextParallelism(Communicator& comm, const ModelConfig& config, int degree, int stride) {
   const int world = comm.world_size(), rank = comm.rank();
   const int64_t kv = config.num_key_value_heads;
-  if (degree < 1 || world % degree != 0 || config.num_attention_heads % degree != 0 ||
+  if (degree < 1 || stride < 1 || world % (degree * stride) != 0 || config.num_attention_heads % degree != 0 ||
       (kv % degree != 0 && degree % kv != 0))
     throw std::invalid_argument(cat("ContextParallelism: groups of ", degree, " ranks over ", world, " ranks, ",
                                     config.num_attention_heads, " attention heads and ", kv,
@@ -44,11 +44,13 @@ ContextParallelism::ContextParallelism(Communicator& comm, const ModelConfig& co
                                     "or be a multiple of the key/value heads)"));
   if (config.num_experts > 0)
     throw std::invalid_argument("ContextParallelism: a mixture of experts is not built with context parallelism");
-  group_ = comm.split(rank / degree, rank % degree);
-  data_group_ = comm.split(rank % degree, rank / degree);
+  // Rank = (group index x degree + chunk) x stride + place in a tensor-parallel group.
+  const int chunk = (rank / stride) % degree, place = rank % stride, index = rank / (degree * stride);
+  group_ = comm.split(index * stride + place, chunk);
+  data_group_ = comm.split(chunk * stride + place, index);
   Communicator* group = group_.get();
   layer_parallel_.ranks = degree;
-  layer_parallel_.rank = rank % degree;
+  layer_parallel_.rank = chunk;
   layer_parallel_.to_heads = [group](const at::Tensor& x) { return heads_for_tokens(*group, x); };
   layer_parallel_.to_tokens = [group](const at::Tensor& x) { return tokens_for_heads(*group, x); };
 }

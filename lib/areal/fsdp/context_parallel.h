@@ -1,6 +1,7 @@
 // Context parallelism on the FSDP shards (Ulysses; issue 41, the engine's part so far).
 //
-// The ranks form groups of C consecutive ranks; each rank of a group holds a contiguous
+// The ranks form groups of C consecutive ranks (C ranks T apart with tensor parallelism
+// over T: tensor_parallel.h); each rank of a group holds a contiguous
 // chunk of every sequence's tokens (rank p: tokens [p * T / C, (p + 1) * T / C)) and runs
 // the layers on them. The projections, norms, MLP and head need only the rank's own
 // tokens; attention exchanges heads for tokens by all-to-all (model/functional.h's
@@ -19,11 +20,14 @@ namespace areal {
 
 class ContextParallelism {
  public:
-  // Collective over `comm`: makes the groups of `degree` ranks. Throws
-  // std::invalid_argument when `degree` does not divide the ranks or the attention heads,
-  // neither divides nor is a multiple of the key/value heads (fewer: each is repeated for
-  // the ranks that share it), or the model is a mixture of experts (not built with it).
-  ContextParallelism(Communicator& comm, const ModelConfig& config, int degree);
+  // Collective over `comm`: makes the groups of `degree` ranks, `stride` apart (with
+  // tensor parallelism its groups are the consecutive ranks: a context group holds one
+  // rank of each of `degree` tensor-parallel groups; `config` is then the heads a rank
+  // runs, TensorParallelism::local_config). Throws std::invalid_argument when `degree`
+  // does not divide the ranks or the attention heads, neither divides nor is a multiple
+  // of the key/value heads (fewer: each is repeated for the ranks that share it), or the
+  // model is a mixture of experts (not built with it).
+  ContextParallelism(Communicator& comm, const ModelConfig& config, int degree, int stride = 1);
   ~ContextParallelism();
 
   int degree() const { return static_cast<int>(layer_parallel_.ranks); }

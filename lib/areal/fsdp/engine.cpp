@@ -16,6 +16,7 @@
 #include "areal/fsdp/context_parallel.h"
 #include "areal/fsdp/expert_parallel.h"
 #include "areal/fsdp/overlap.h"
+#include "areal/fsdp/tensor_parallel.h"
 #include "areal/model/functional.h"
 #include "areal/util/strings.h"
 
@@ -174,17 +175,22 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
                    at::Tensor* chosen = nullptr) {
   ShardedModel& model = call.engine->model();
   const ModelConfig& config = model.config();
+  const TensorParallelism* tensor = call.engine->tensor_parallelism();
   if (call.kind == UnitCall::Kind::Head) {
     auto head = w.by_name.find("lm_head.weight");
     const at::Tensor positions =
         call.head_rows.defined() ? x.reshape({-1, x.size(-1)}).index_select(0, call.head_rows) : x;
-    return lm_logits(config, w.by_name.at("model.norm.weight"),
-                     head != w.by_name.end() ? head->second : w.by_name.at("model.embed_tokens.weight"), positions);
+    const at::Tensor& head_weight = head != w.by_name.end() ? head->second : w.by_name.at("model.embed_tokens.weight");
+    if (tensor)  // this rank's vocabulary columns
+      return lm_logits(config, w.by_name.at("model.norm.weight"), tensor->vocab_slice(head_weight), positions,
+                       &tensor->layer_parallel());
+    return lm_logits(config, w.by_name.at("model.norm.weight"), head_weight, positions);
   }
   const std::string prefix = cat("model.layers.", call.unit - 1, ".");
   auto lookup = [&](const std::string& name) {
     auto it = w.by_name.find(prefix + name);
-    return it == w.by_name.end() ? at::Tensor() : it->second;
+    if (it == w.by_name.end()) return at::Tensor();
+    return tensor ? tensor->layer_weight(name, it->second) : it->second;  // this rank's slice
   };
   at::Tensor keys, values;  // no cache in training
   ExpertChoices choices{call.replay, {}};
@@ -192,8 +198,11 @@ at::Tensor run_use(const UnitCall& call, const at::Tensor& x, const UseWeights& 
   const ExpertParallel* experts = call.expert_parallel() ? &call.engine->expert_parallelism()->layer_parallel() : nullptr;
   ContextParallelism* sequence = call.engine->context_parallelism();
   const ContextParallel* context = sequence ? &sequence->layer_parallel() : nullptr;
-  at::Tensor out = decoder_layer(config, call.unit - 1, lookup, x, call.attention, keys, values, model.adapter_scale(),
-                                 {}, router, routed ? &choices : nullptr, {experts, context});
+  PartialSumReduce reduce;
+  if (tensor) reduce = [tensor](at::Tensor& partial) { partial = tensor->sum(partial); };
+  at::Tensor out = decoder_layer(tensor ? tensor->local_config() : config, call.unit - 1, lookup, x, call.attention,
+                                 keys, values, model.adapter_scale(), reduce, router, routed ? &choices : nullptr,
+                                 {experts, context, tensor ? &tensor->layer_parallel() : nullptr});
   if (chosen) *chosen = choices.chosen;
   return out;
 }
@@ -408,9 +417,18 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     call.save(ctx);
     GatheredUse gathered(call, /*backward=*/false);
     if (call.kind == UnitCall::Kind::Embed) {
-      at::Tensor out = at::embedding(use_weights(call, gathered.base.tensor(), {}, false).by_name.at(
-                                         "model.embed_tokens.weight"),
-                                     call.input_ids);
+      const at::Tensor weight =
+          use_weights(call, gathered.base.tensor(), {}, false).by_name.at("model.embed_tokens.weight");
+      at::Tensor out;
+      if (const TensorParallelism* tensor = call.engine->tensor_parallelism()) {
+        // The ids in this rank's vocabulary rows (0 for the others; the engine sums the group's).
+        const at::Tensor local = call.input_ids - tensor->vocab_begin();
+        const at::Tensor mine = (local >= 0) & (local < tensor->vocab_rows());
+        out = at::embedding(tensor->vocab_slice(weight), local.clamp(0, tensor->vocab_rows() - 1)) *
+              mine.unsqueeze(-1).to(weight.scalar_type());
+      } else {
+        out = at::embedding(weight, call.input_ids);
+      }
       gathered.release();
       return out;
     }
@@ -462,12 +480,18 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
     if (call.kind == UnitCall::Kind::Embed) {
       if (!trained) return result({});
-      const at::Tensor& g = grad_outputs[0];
+      at::Tensor g = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
       at::Tensor ids = call.input_ids.reshape({-1});
+      if (const TensorParallelism* tensor = engine.tensor_parallelism()) {  // this rank's vocabulary rows only
+        const at::Tensor mine =
+            ((ids >= tensor->vocab_begin()) & (ids < tensor->vocab_begin() + tensor->vocab_rows())).nonzero().view(-1);
+        ids = ids.index_select(0, mine);
+        g = g.index_select(0, mine);
+      }
       reduce_unit_gradient(engine, *trained, trained_shard(call), [&](size_t i, at::Tensor view) {
         view.zero_();
         if (trained->params[i].name == "model.embed_tokens.weight")
-          view.index_add_(0, ids, g.reshape({-1, g.size(-1)}).to(view.scalar_type()));
+          view.index_add_(0, ids, g.to(view.scalar_type()));
       });
       return result({});
     }
@@ -510,8 +534,12 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
       reduce_unit_gradient(
           engine, *trained, trained_shard(call),
           [&](size_t i, at::Tensor view) {
-            if (grads[i].defined()) view.copy_(grads[i]);
-            else view.zero_();
+            // Tensor parallelism: a whole weight's gradient counts on the group's first rank.
+            const TensorParallelism* tensor = engine.tensor_parallelism();
+            if (grads[i].defined() && (!tensor || tensor->counts_gradient(trained->params[i].name)))
+              view.copy_(grads[i]);
+            else
+              view.zero_();
           },
           local ? std::optional<size_t>(call.unit) : std::nullopt);
     gathered.release();
@@ -532,6 +560,7 @@ std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, 
   engine->set_prefetch_depth(cfg.fsdp.prefetch_depth);
   const EngineShape mesh = parse_allocation(cfg).actor;  // e: experts' groups, c: sequences' groups
   engine->set_expert_parallel(static_cast<int>(mesh.expert));
+  engine->set_tensor_parallel(static_cast<int>(mesh.tensor));  // before c: a context group spans tensor groups
   engine->set_context_parallel(static_cast<int>(mesh.context));
   return engine;
 }
@@ -559,9 +588,16 @@ void FsdpEngine::set_expert_parallel(int degree) {
   if (degree > 1) experts_ = std::make_shared<ExpertParallelism>(comm_, model_.config(), model_.units(), degree);
 }
 
+void FsdpEngine::set_tensor_parallel(int degree) {
+  tensor_.reset();
+  if (degree > 1) tensor_ = std::make_shared<TensorParallelism>(comm_, model_.config(), degree);
+}
+
 void FsdpEngine::set_context_parallel(int degree) {
   context_.reset();
-  if (degree > 1) context_ = std::make_shared<ContextParallelism>(comm_, model_.config(), degree);
+  if (degree > 1)
+    context_ = tensor_ ? std::make_shared<ContextParallelism>(comm_, tensor_->local_config(), degree, tensor_->degree())
+                       : std::make_shared<ContextParallelism>(comm_, model_.config(), degree);
 }
 
 FsdpEngine::~FsdpEngine() {
@@ -636,7 +672,9 @@ at::Tensor FsdpEngine::forward(const at::Tensor& input_ids, const AttentionInput
     return UnitFunction::apply(x, shard, adapter, call);
   };
   // Gemma's embedding scale outside the unit: autograd carries it into the unit's backward.
-  at::Tensor h = scale_embeddings(model().config(), apply(0, Kind::Embed, input_ids, {}, input_ids));
+  at::Tensor embedded = apply(0, Kind::Embed, input_ids, {}, input_ids);
+  if (tensor_) embedded = tensor_->sum(embedded);  // each rank looked up the ids of its rows
+  at::Tensor h = scale_embeddings(model().config(), embedded);
   for (size_t u = 1; u <= layers; ++u) h = apply(u, Kind::Layer, {}, attention, h);
   at::Tensor logits = apply(layers + 1, Kind::Head, {}, {}, h, head_rows);
   if (!record->routers.empty()) finish_router_tallies(*record);

@@ -29,6 +29,7 @@ class BufferPool;
 class ContextParallelism;
 class ExpertParallelism;
 class Overlap;
+class TensorParallelism;
 struct ForwardRecord;
 
 // What a forward does with a mixture of experts' routers (nothing for a dense model).
@@ -106,6 +107,7 @@ class FsdpEngine {
   void share_parallel_groups(const FsdpEngine& other) {
     experts_ = other.experts_;
     context_ = other.context_;
+    tensor_ = other.tensor_;
   }
   ExpertParallelism* expert_parallelism() const { return experts_.get(); }
   // Context parallelism (context_parallel.h): each rank of a group of `degree` runs a
@@ -113,6 +115,12 @@ class FsdpEngine {
   // inputs the whole sequence's). Collective (makes the groups); 1: none.
   void set_context_parallel(int degree);
   ContextParallelism* context_parallelism() const { return context_.get(); }
+  // Tensor parallelism (tensor_parallel.h): each rank of a group of `degree` runs its
+  // heads, channels and vocabulary rows of the same rows; forward's logits are this
+  // rank's vocabulary columns (TensorParallelism::vocab_begin on). Collective (makes the
+  // groups); 1: none. Before set_context_parallel (its groups span the tensor groups).
+  void set_tensor_parallel(int degree);
+  TensorParallelism* tensor_parallelism() const { return tensor_.get(); }
 
   // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
   BufferPool& buffers() { return *buffers_; }
@@ -141,6 +149,7 @@ class FsdpEngine {
   std::unique_ptr<Overlap> overlap_;
   std::shared_ptr<ExpertParallelism> experts_;
   std::shared_ptr<ContextParallelism> context_;
+  std::shared_ptr<TensorParallelism> tensor_;
   RouterStats router_stats_;
 
   void finish_overlap();

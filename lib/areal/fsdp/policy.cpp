@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "areal/config/allocation.h"
@@ -10,6 +11,7 @@
 #include "areal/fsdp/lora.h"
 #include "areal/fsdp/overlap.h"
 #include "areal/fsdp/save.h"
+#include "areal/fsdp/tensor_parallel.h"
 #include "areal/fsdp/unit_weights.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
@@ -39,13 +41,12 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (expert_ranks > 1 && model.num_experts == 0)
     throw ConfigError(cat("option 'actor.backend': expert parallelism (e", expert_ranks, ") needs a mixture of experts; "
                           "the model (", model.model_type, ", ", cfg.model_path, ") is dense (use e1)"));
-  const int64_t sequence_ranks = allocation.actor.context;
-  if (sequence_ranks > 1) {
-    auto refuse = [&](const std::string& why) {
-      throw ConfigError(cat("option 'actor.backend': context parallelism (c", sequence_ranks, ") ", why));
-    };
+  // Tensor (t) and context (c) parallelism: the ranks of a data-parallel group share its rows.
+  const int64_t tensor_ranks = allocation.actor.tensor, sequence_ranks = allocation.actor.context;
+  auto check_sharing = [&](const std::string& what) {
+    auto refuse = [&](const std::string& why) { throw ConfigError(cat("option 'actor.backend': ", what, " ", why)); };
     if (cfg.job != "sft" && cfg.job != "rl")
-      refuse(cat("is built for job=sft and job=rl (job=", cfg.job, " trains nothing: use c1)"));
+      refuse(cat("is built for job=sft and job=rl (job=", cfg.job, " trains nothing: use t1c1)"));
     if (cfg.job == "rl") {  // what is built: colocated, each rank generating alone, plain GRPO-family steps
       if (!cfg.rollout.backend.empty() && allocation.rollout.tensor != 1)
         refuse("in job=rl generates with every rank alone: use a rollout.backend with t1");
@@ -54,11 +55,29 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
       if (!cfg.env.empty()) refuse("is not built with multi-turn episodes (env)");
     }
     if (model.num_experts > 0) refuse("is not built for a mixture of experts");
-    const int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
-    if (heads % sequence_ranks != 0 || (kv % sequence_ranks != 0 && sequence_ranks % kv != 0))
-      refuse(cat("splits the attention heads over the group: the model's ", heads, " heads and ", kv,
-                 " key/value heads (", cfg.model_path, ") need a c that divides the heads and divides or is a "
-                 "multiple of the key/value heads"));
+  };
+  const int64_t heads = model.num_attention_heads, kv = model.num_key_value_heads;
+  if (tensor_ranks > 1) {
+    const std::string what = cat("tensor parallelism (t", tensor_ranks, ")");
+    check_sharing(what);
+    if (heads % tensor_ranks != 0 || model.intermediate_size % tensor_ranks != 0 ||
+        (kv % tensor_ranks != 0 && tensor_ranks % kv != 0))
+      throw ConfigError(cat("option 'actor.backend': ", what, " splits the attention heads and the MLP: the model's ",
+                            heads, " heads, ", kv, " key/value heads and ", model.intermediate_size,
+                            " MLP channels (", cfg.model_path, ") need a t that divides the heads and the channels "
+                            "and divides or is a multiple of the key/value heads"));
+  }
+  if (sequence_ranks > 1) {
+    const std::string what = cat("context parallelism (c", sequence_ranks, ")");
+    check_sharing(what);
+    // With t the group splits each rank's heads.
+    const int64_t local_heads = heads / tensor_ranks, local_kv = std::max<int64_t>(1, kv / tensor_ranks);
+    if (local_heads % sequence_ranks != 0 || (local_kv % sequence_ranks != 0 && sequence_ranks % local_kv != 0))
+      throw ConfigError(cat("option 'actor.backend': ", what, " splits the attention heads over the group: the model's ",
+                            heads, " heads and ", kv, " key/value heads (", cfg.model_path, ")",
+                            tensor_ranks > 1 ? cat(", ", local_heads, " and ", local_kv, " per rank at t", tensor_ranks)
+                                             : std::string(),
+                            " need a c that divides the heads and divides or is a multiple of the key/value heads"));
   }
   if (expert_ranks > 1 && model.num_experts % expert_ranks != 0)
     throw ConfigError(cat("option 'actor.backend': the model's ", model.num_experts, " experts (", cfg.model_path,
@@ -89,8 +108,24 @@ Communicator* Policy::context_comm() {
 }
 
 Communicator& Policy::data_comm() {
-  ContextParallelism* context = engine_->context_parallelism();
-  return context ? context->data_group() : comm_;
+  if (ContextParallelism* context = engine_->context_parallelism()) return context->data_group();
+  if (TensorParallelism* tensor = engine_->tensor_parallelism()) return tensor->data_group();
+  return comm_;
+}
+
+int64_t Policy::tensor_rank() const {
+  const TensorParallelism* tensor = engine_->tensor_parallelism();
+  return tensor ? tensor->rank() : 0;
+}
+
+bool Policy::vocab_parallel() const { return engine_->tensor_parallelism() != nullptr; }
+
+std::pair<at::Tensor, at::Tensor> Policy::vocab_logprobs(const at::Tensor& logits, const at::Tensor& targets,
+                                                         double temperature, bool entropy) const {
+  const TensorParallelism* tensor = engine_->tensor_parallelism();
+  if (!tensor) throw std::logic_error("Policy::vocab_logprobs: the logits are whole (no tensor parallelism)");
+  VocabLogprobs out = vocab_parallel_logprobs(*tensor, logits, targets, temperature, entropy);
+  return {out.logprobs, out.entropy};
 }
 
 ContextChunk Policy::context_chunk() const {

@@ -66,10 +66,21 @@ class Policy {
   Communicator& comm() { return comm_; }
   // The chunk of every sequence this rank trains on (actor.backend's c).
   ContextChunk context_chunk() const;
-  // With context parallelism: the ranks that share this one's sequences (nullptr without),
-  // and the ranks over which every sequence counts once (batch statistics; the world without).
+  // With context parallelism: the ranks that share this one's sequences by chunks (nullptr
+  // without), and the ranks over which every sequence counts once (batch statistics; the
+  // world without t and c; its rank and size: this rank's data-parallel group and their count).
   Communicator* context_comm();
   Communicator& data_comm();
+  // Tensor parallelism (actor.backend's t): this rank's place in its group (0 without).
+  // The ranks of a group compute the same losses and figures; a sum over all ranks
+  // counts the first one's only.
+  int64_t tensor_rank() const;
+  // Whether forward()'s logits are this rank's columns of the vocabulary (t > 1); then
+  // vocab_logprobs() gives the log-probs of targets (with their graph) and, when asked,
+  // the entropies (no graph) over the whole vocabulary from them. Collective over the group.
+  bool vocab_parallel() const;
+  std::pair<at::Tensor, at::Tensor> vocab_logprobs(const at::Tensor& logits, const at::Tensor& targets,
+                                                   double temperature, bool entropy) const;
 
   // ---- the train step ----
   // Logits [B, T, vocab] in the compute dtype. On the current weights they carry a graph

@@ -18,6 +18,7 @@ struct TrainingShape {
   at::ScalarType dtype = at::kFloat;  // actor.dtype
   bool checkpointing = false;         // actor.gradient_checkpointing
   bool lora = false;                  // the base frozen: its shards alone (4 bytes a parameter)
+  int64_t tensor = 1;                 // actor.backend's t: heads, channels and vocabulary over t ranks
 };
 
 // A lower bound of one rank's training memory: its float32 shards of the weights with
@@ -26,7 +27,8 @@ struct TrainingShape {
 // units in the compute dtype (the one running and the one prefetched), the activations
 // the layers keep (activations kept: per token and layer the inputs of the linear layers,
 // 4 x hidden + 3 x intermediate values; recomputed: each layer's input) and the
-// logits of the micro-batch's tokens in float32.
+// logits of the micro-batch's tokens in float32 (with tensor parallelism the activations
+// and logits over t).
 int64_t training_memory_bytes(const ModelConfig& config, int64_t parameters, int64_t largest_unit,
                               const TrainingShape& shape);
 

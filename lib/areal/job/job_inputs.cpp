@@ -32,12 +32,13 @@ auto loaded_for(const std::string& option, Load&& load) {
 }
 
 // `trainers`: the ranks that train (the world, or actor.backend's with separate
-// generation ranks), or with context parallelism the groups of ranks that share rows.
-void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work, int64_t context = 1) {
+// generation ranks), or with tensor or context parallelism the groups of `sharing`
+// ranks that share rows.
+void check_batch_size(const Config& cfg, int trainers, const char* per_rank_work, int64_t sharing = 1) {
   const int64_t batch_size = cfg.train_dataset.batch_size;
   if (batch_size % trainers != 0)
     throw ConfigError(cat("option 'train_dataset.batch_size' = ", batch_size, " must be a multiple of the ",
-                          context > 1 ? cat("data-parallel groups of actor.backend (", trainers, " groups of ", context,
+                          sharing > 1 ? cat("data-parallel groups of actor.backend (", trainers, " groups of ", sharing,
                                             " ranks): every group ")
                                       : cat("training ranks (", trainers, "): every rank "),
                           per_rank_work, " batch_size / ", trainers, " rows"));
@@ -143,14 +144,15 @@ void check_positions(const ModelConfig& model, const RlInputs& in, const PromptD
 // Refuses a training shape whose micro-batch cannot fit a rank's free memory (a lower
 // bound, fsdp/training_memory.h): the longest sequence, `rows` of it padded into one
 // micro-batch (or actor.mb_spec.max_tokens_per_mb tokens packed), its chunk with context
-// parallelism.
+// parallelism, its heads, channels and vocabulary with tensor parallelism.
 void check_training_memory(const Config& cfg, const RankInfo& me, const ModelConfig& model, int64_t longest,
-                           int64_t rows, int64_t context) {
+                           int64_t rows, int64_t context, int64_t tensor) {
   const int64_t budget = cfg.actor.mb_spec.max_tokens_per_mb;
   const int64_t padded = (longest + context - 1) / context * context;
   TrainingShape shape;
   shape.world = me.world_size;
   shape.tokens = (budget > 0 ? std::max(budget, longest) : rows * padded) / context;
+  shape.tensor = tensor;
   shape.dtype = dtype_from_name(cfg.actor.dtype);
   shape.checkpointing = cfg.actor.gradient_checkpointing;
   shape.lora = cfg.actor.use_lora;
@@ -163,7 +165,8 @@ void check_training_memory(const Config& cfg, const RankInfo& me, const ModelCon
                           context > 1 ? cat(", split over ", context, " ranks") : std::string(), ") but only ",
                           format_bytes(free), " is free; lower actor.mb_spec.max_tokens_per_mb, "
                           "train_dataset.batch_size or train_dataset.max_length, set actor.gradient_checkpointing true, "
-                          "or split the sequences over more ranks (actor.backend: fsdp:dDcC, docs/training.md)"));
+                          "or split the sequences over more ranks (actor.backend: fsdp:dDcC or fsdp:dDtT, "
+                          "docs/training.md)"));
 }
 
 void check_generation_memory(const Config& cfg, const RankInfo& me, const ModelConfig& model, const RlInputs& in,
@@ -192,10 +195,10 @@ RlInputs prepare_rl(const Config& cfg, const RankInfo& me, const ModelConfig& mo
   if (in.train->skipped() > 0) log::warn(cat(in.train->skipped(), " prompts longer than train_dataset.max_length skipped"));
   if (!cfg.valid_dataset.path.empty()) in.valid = load_valid(cfg, in);
 
-  // With context parallelism the c ranks of a group share their prompts.
+  // With tensor or context parallelism the t x c ranks of a group share their prompts.
   const int trainers = (allocation.separate ? static_cast<int>(allocation.actor.ranks()) : me.world_size) /
-                       static_cast<int>(allocation.actor.context);
-  check_batch_size(cfg, trainers, "trains on", allocation.actor.context);
+                       static_cast<int>(allocation.actor.sharing());
+  check_batch_size(cfg, trainers, "trains on", allocation.actor.sharing());
   in.schedule = training_schedule(cfg, trainers, in.train->size(), "prompts");
   const int64_t smallest = static_cast<int64_t>(smallest_batch(in.schedule.epochs));
   if (allocation.separate && actor.dynamic_sampling && !cfg.dynamic_bs)
@@ -281,12 +284,13 @@ SftInputs prepare_sft(const Config& cfg, const RankInfo& me, const ModelConfig& 
     if (in.valid->size() == 0)
       throw ConfigError(cat("option 'valid_dataset.path': ", vd.path, " has no sequence to evaluate on"));
   }
-  // Context parallelism: the c ranks of a group share their rows, so the rows go to the groups.
-  const int64_t context = allocation_for_world(cfg, me.world_size).actor.context;
-  const int groups = me.world_size / static_cast<int>(context);
-  check_batch_size(cfg, groups, "trains on", context);
+  // Tensor and context parallelism: the t x c ranks of a group share their rows, so the
+  // rows go to the groups.
+  const EngineShape mesh = allocation_for_world(cfg, me.world_size).actor;
+  const int groups = me.world_size / static_cast<int>(mesh.sharing());
+  check_batch_size(cfg, groups, "trains on", mesh.sharing());
   in.schedule = training_schedule(cfg, groups, in.train->size(), "sequences");
-  check_training_memory(cfg, me, model, in.train->longest(), td.batch_size / groups, context);
+  check_training_memory(cfg, me, model, in.train->longest(), td.batch_size / groups, mesh.context, mesh.tensor);
   return in;
 }
 
@@ -318,9 +322,9 @@ JobInputs prepare_job(const Config& cfg, const RankInfo& me, const ModelConfig& 
   if (separate && cfg.job != "rl")
     throw ConfigError(cat("options 'rollout.backend' + 'actor.backend' give separate generation ranks, which only "
                           "job=rl uses (asynchronous RL); job=", cfg.job, " needs shapes that cover every rank"));
-  if (separate && allocation_for_world(cfg, me.world_size).actor.context > 1)
-    throw ConfigError("option 'actor.backend': context parallelism is not built with separate generation ranks "
-                      "(asynchronous RL)");
+  if (separate && allocation_for_world(cfg, me.world_size).actor.sharing() > 1)
+    throw ConfigError("option 'actor.backend': tensor and context parallelism (t, c) are not built with separate "
+                      "generation ranks (asynchronous RL)");
   if (separate && cfg.evaluator.n_samples > 0)
     throw ConfigError(cat("option 'evaluator.n_samples' = ", cfg.evaluator.n_samples, ": sampled evaluation is "
                           "built for colocated RL only; with separate generation ranks the held-out score is the "

@@ -282,7 +282,9 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
     return out;
   };
 
+  const TensorParallel* tensor = parallel.tensor;
   at::Tensor h = model_norm(c, x, w("input_layernorm.weight"));
+  if (tensor) h = tensor->enter(h);
   at::Tensor q = linear(h, "self_attn.q_proj").view({batch, length, heads, head_dim});
   at::Tensor k = linear(h, "self_attn.k_proj").view({batch, length, kv_heads, head_dim});
   at::Tensor v = linear(h, "self_attn.v_proj").view({batch, length, kv_heads, head_dim}).transpose(1, 2);
@@ -345,6 +347,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
 
   at::Tensor m = model_norm(c, after_attention, w(c.gemma ? "pre_feedforward_layernorm.weight"
                                                            : "post_attention_layernorm.weight"));
+  if (tensor) m = tensor->enter(m);
   at::Tensor mlp;
   if (c.layer_is_sparse(layer)) {
     mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, parallel.experts);
@@ -359,8 +362,10 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
 }
 
 at::Tensor lm_logits(const ModelConfig& c, const at::Tensor& norm_weight, const at::Tensor& head_weight,
-                     const at::Tensor& hidden) {
-  at::Tensor logits = at::linear(model_norm(c, hidden, norm_weight), head_weight);
+                     const at::Tensor& hidden, const TensorParallel* tensor) {
+  at::Tensor normed = model_norm(c, hidden, norm_weight);
+  if (tensor) normed = tensor->enter(normed);
+  at::Tensor logits = at::linear(normed, head_weight);
   if (c.final_logit_softcapping > 0)
     logits = at::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
   return logits;

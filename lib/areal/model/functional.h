@@ -121,10 +121,20 @@ struct ContextParallel {
   std::function<at::Tensor(const at::Tensor&)> to_heads, to_tokens;
 };
 
-// How one layer's work is spread over ranks besides tensor parallelism (none by default).
+// Tensor parallelism in training (fsdp/tensor_parallel.h): `config` counts this rank's
+// heads and channels, the weights are its slices, and the normalized input of each
+// column-parallel pair enters the group by `enter` (as is forward, its gradient summed
+// over the group backward). The row-parallel outputs are summed by the layer's
+// PartialSumReduce (then differentiable).
+struct TensorParallel {
+  std::function<at::Tensor(const at::Tensor&)> enter;
+};
+
+// How one layer's work is spread over ranks besides the weights' slices (none by default).
 struct LayerParallel {
   const ExpertParallel* experts = nullptr;
   const ContextParallel* context = nullptr;
+  const TensorParallel* tensor = nullptr;
 };
 
 // transformers' load-balancing loss over `tallies` (one per sparse layer):
@@ -144,7 +154,8 @@ at::Tensor load_balancing_loss(const ModelConfig& config, const std::vector<Rout
 // `choices` likewise, read and filled (ExpertChoices; N = B x T tokens, row-major).
 // `parallel.experts`: a sparse layer's experts run expert-parallel (then `w` has this
 // rank's only); `parallel.context`: `x` is this rank's chunk of each sequence (training,
-// padded rows with a mask or packed rows; no cache).
+// padded rows with a mask or packed rows; no cache); `parallel.tensor`: tensor-parallel
+// training (TensorParallel).
 at::Tensor decoder_layer(const ModelConfig& config, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values,
                          double lora_scale = 0.0, const PartialSumReduce& reduce = {},
@@ -176,7 +187,8 @@ at::Tensor expert_mixture(const ModelConfig& config, const LayerWeights& w, cons
                           ExpertChoices* choices = nullptr, const ExpertParallel* parallel = nullptr);
 
 // Final norm and LM head (the embedding matrix when tied); Gemma 2 soft-caps the logits.
+// `tensor`: `head_weight` is this rank's vocabulary rows, the normed input enters the group.
 at::Tensor lm_logits(const ModelConfig& config, const at::Tensor& norm_weight, const at::Tensor& head_weight,
-                     const at::Tensor& hidden);
+                     const at::Tensor& hidden, const TensorParallel* tensor = nullptr);
 
 }  // namespace areal

@@ -26,9 +26,10 @@ class ColocatedRollout : public RolloutSource {
     const Allocation allocation = allocation_for_world(cfg, me.world_size);
     group_size_ = static_cast<int>(allocation.tensor_parallel());
     whole_experts_ = allocation.rollout.expert > 1;
-    // Context parallelism: a group's ranks take the same prompts, so (seeded by prompt and
-    // sample) they generate the same answers, and train on their chunks of them.
-    context_ = allocation.actor.context;
+    // Tensor and context parallelism: a data-parallel group's ranks take the same prompts,
+    // so (seeded by prompt and sample) they generate the same answers, and train on their
+    // slices of the layers or their chunks of them.
+    sharing_ = allocation.actor.sharing();
     group_first_ = me.rank / group_size_ * group_size_;
     if (group_size_ > 1) group_comm_ = comm.split(me.rank / group_size_, me.rank % group_size_);
     if (in.episodic)
@@ -76,7 +77,7 @@ class ColocatedRollout : public RolloutSource {
   Policy& policy_;
   int group_first_ = 0, group_size_ = 1;
   bool whole_experts_ = false;  // rollout.backend eT: a mixture of experts' experts whole on the group's ranks
-  int64_t context_ = 1;         // actor.backend's c (with t = 1)
+  int64_t sharing_ = 1;         // actor.backend's t x c (generation with t = 1)
   std::unique_ptr<Communicator> group_comm_;  // the tensor-parallel group (none at t = 1)
   std::optional<EpisodeRunner> episodes_;     // multi-turn episodes
   Clock::time_point last_eval_;
@@ -92,7 +93,7 @@ void ColocatedRollout::generate_round(RolloutModel& slices, int64_t step, const 
   size_t first_row = 0, mine = 0;  // this rank's answers among the group's
   for (int member = group_first_; member < group_first_ + group_size_; ++member) {
     if (member == me_.rank) first_row = prompt_ids.size();
-    for (size_t i : items_of(member / static_cast<int>(context_), me_.world_size / static_cast<int>(context_),
+    for (size_t i : items_of(member / static_cast<int>(sharing_), me_.world_size / static_cast<int>(sharing_),
                              round_batch.size())) {
       const size_t index = round_batch[i];
       const SharedPrompt prompt = in_.train->shared(index);

@@ -25,7 +25,12 @@ constexpr int kMaxBadUpdatesInARow = 3;  // non-finite losses or gradients in a 
 TokenLogprobs answer_token_logprobs(const MicroBatch& mb, Policy& policy, PolicyWeights weights, const at::Tensor& mask,
                                     double temperature, double loss_share = 0) {
   const at::Tensor logits = mb.forward_at(policy, mask, weights, loss_share);  // [P, vocab]
-  const TokenLogprobs at = token_logprobs(logits.unsqueeze(0), mb.targets().masked_select(mask).unsqueeze(0), temperature);
+  const at::Tensor targets = mb.targets().masked_select(mask);
+  if (policy.vocab_parallel()) {  // this rank's vocabulary columns (tensor parallelism)
+    auto [logprobs, entropy] = policy.vocab_logprobs(logits, targets, temperature, /*entropy=*/true);
+    return {MicroBatch::spread(mask, logprobs), MicroBatch::spread(mask, entropy)};
+  }
+  const TokenLogprobs at = token_logprobs(logits.unsqueeze(0), targets.unsqueeze(0), temperature);
   return {MicroBatch::spread(mask, at.logprobs.squeeze(0)), MicroBatch::spread(mask, at.entropy.squeeze(0))};
 }
 
@@ -84,7 +89,8 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
         ppo_token_loss(logp, base, mb.lay_out(adv.advantages), actor.eps_clip, actor.eps_clip_higher, actor.c_clip);
     at::Tensor token_loss = adv.weights.defined() ? pl.loss * mb.lay_out(adv.weights) : pl.loss;
     at::Tensor local = (token_loss * mb.lay_out(loss_weights)).sum();
-    at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1});
+    // The ranks of a tensor-parallel group have the same loss: the first one's counts.
+    at::Tensor part = local.detach().to(at::kDouble).cpu().reshape({1}) * (policy.tensor_rank() == 0 ? 1.0 : 0.0);
     comm.all_reduce(part, ReduceOp::Sum);
     if (!std::isfinite(part.item<double>())) {
       sums.finite = false;

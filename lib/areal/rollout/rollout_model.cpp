@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "areal/model/tensor_slices.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 
@@ -117,31 +118,15 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
   }
   auto [layer, inside] = split_layer_name(name);
   if (layer < 0) throw std::invalid_argument(cat("RolloutModel: unexpected weight '", name, "'"));
-  const int64_t q = local_.num_attention_heads * config_.head_dim, kv = local_.num_key_value_heads * config_.head_dim;
-  const int64_t mlp = local_.intermediate_size, expert = local_.moe_intermediate_size;
-  // The key/value heads of this rank's query heads: its 1/t, or the one it shares with
-  // the other ranks of its query-head group when there are fewer than t.
-  const int64_t first_kv = r * config_.num_key_value_heads / t * config_.head_dim;
   at::Tensor slice = whole;  // the norms (and everything at t = 1)
   if (t > 1) {
-    auto rows = [&](int64_t n) { return whole.narrow(0, r * n, n); };
-    auto columns = [&](int64_t n) { return whole.narrow(1, r * n, n); };
-    if (starts_with(inside, "self_attn.q_proj.")) slice = rows(q);
-    else if (starts_with(inside, "self_attn.k_proj.") || starts_with(inside, "self_attn.v_proj."))
-      slice = whole.narrow(0, first_kv, kv);
-    else if (inside == "self_attn.o_proj.weight") slice = columns(q);
-    else if (starts_with(inside, "mlp.gate_proj.") || starts_with(inside, "mlp.up_proj.")) slice = rows(mlp);
-    else if (inside == "mlp.down_proj.weight") slice = columns(mlp);
-    else if (const size_t at = inside.find(".experts."); at != std::string::npos && whole_experts_.ranks > 1) {
+    if (const size_t at = inside.find(".experts."); at != std::string::npos && whole_experts_.ranks > 1) {
       const int64_t e = std::stoll(inside.substr(at + std::string(".experts.").size()));
       const int64_t per_rank = config_.num_experts / t;  // whole, on the rank that runs it
       slice = e / per_rank == r ? whole : at::Tensor();
-    } else if (at != std::string::npos) {  // gate_proj/up_proj (w1/w3) by rows, down_proj (w2) by columns
-      const bool down = ends_with(inside, ".down_proj.weight") || ends_with(inside, ".w2.weight");
-      slice = down ? columns(expert) : rows(expert);
+    } else {
+      slice = tensor_parallel_slice(config_, inside, whole, t, r).weight;  // model/tensor_slices.h
     }
-    // A row-parallel bias is added once, by the group's first rank, before the sum.
-    else if (inside == "self_attn.o_proj.bias" || inside == "mlp.down_proj.bias") slice = r == 0 ? whole : at::Tensor();
   }
   if (slice.defined()) layers_.at(layer)[inside] = kept(slice);
 }

@@ -25,13 +25,15 @@
 namespace areal {
 namespace {
 
-// This rank's rows of a batch (every groups-th from its group's; with context
-// parallelism the ranks of a group share their rows, each running a chunk of them),
-// right-padded with `pad`, and the weight of each target [rows, T - 1]: 1 where the
-// target is a token with a loss.
+// This rank's rows of a batch (every groups-th from its data-parallel group's; with
+// tensor or context parallelism the ranks of a group share their rows, each running its
+// slices of the layers or a chunk of the rows: Policy::data_comm's rank and size are the
+// group and the groups), right-padded with `pad`, and the weight of each target
+// [rows, T - 1]: 1 where the target is a token with a loss.
 std::pair<PaddedSequences, at::Tensor> rank_rows(const TextDataset& data, const std::vector<size_t>& batch,
-                                                 const RankInfo& me, const ContextChunk& context, int64_t pad) {
-  const size_t group = static_cast<size_t>(me.rank / context.ranks), groups = static_cast<size_t>(me.world_size / context.ranks);
+                                                 Policy& policy, int64_t pad) {
+  const size_t group = static_cast<size_t>(policy.data_comm().rank());
+  const size_t groups = static_cast<size_t>(policy.data_comm().world_size());
   std::vector<SftSequence> rows;
   for (size_t i = group; i < batch.size(); i += groups) rows.push_back(data.sequence(batch[i]));
   size_t longest = 2;
@@ -61,8 +63,10 @@ at::Tensor weighted_loss_sum(const MicroBatch& mb, Policy& policy, const at::Ten
   // The head on the positions with a loss only (a prompt's predict nothing trained).
   const at::Tensor mask = laid_out > 0;
   at::Tensor logits = mb.forward_at(policy, mask, PolicyWeights::current, share);  // [P, vocab]
-  at::Tensor token_loss = at::cross_entropy_loss(logits.to(at::kFloat), mb.targets().masked_select(mask), {},
-                                                 at::Reduction::None);
+  const at::Tensor targets = mb.targets().masked_select(mask);
+  at::Tensor token_loss = policy.vocab_parallel()  // this rank's vocabulary columns
+                              ? -policy.vocab_logprobs(logits, targets, 1.0, /*entropy=*/false).first
+                              : at::cross_entropy_loss(logits.to(at::kFloat), targets, {}, at::Reduction::None);
   return (token_loss * laid_out.masked_select(mask)).sum();
 }
 
@@ -77,13 +81,16 @@ double evaluation_loss(const TextDataset& data, int64_t batch_size, int64_t max_
     std::vector<size_t> batch;
     for (size_t i = first; i < std::min(data.size(), first + static_cast<size_t>(batch_size)); ++i) batch.push_back(i);
     const ContextChunk context = policy.context_chunk();
-    auto [rows, weights] = rank_rows(data, batch, me, context, pad);
+    auto [rows, weights] = rank_rows(data, batch, policy, pad);
     int64_t tokens = 1;
     for (int64_t n : rows.lengths) tokens += n;
     const int64_t budget = max_tokens_per_mb > 0 ? max_tokens_per_mb : tokens;  // default: one packed row
+    // A group's rows and losses counted once: the first of its chunks counts the rows, the
+    // first of its tensor-parallel ranks the losses (each rank of a tensor group has them).
+    const double counted = policy.tensor_rank() == 0 ? 1 : 0;
     for (const MicroBatch& mb : micro_batches(rows, 0, rows.ids.size(0), budget, comm, at::Device(me.device), context))
-      sums[0] += weighted_loss_sum(mb, policy, weights).to(at::kDouble).cpu();
-    if (context.rank == 0) sums[1] += weights.sum().to(at::kDouble);  // a group's rows counted once
+      sums[0] += weighted_loss_sum(mb, policy, weights).to(at::kDouble).cpu() * counted;
+    if (context.rank == 0) sums[1] += weights.sum().to(at::kDouble) * counted;
   }
   comm.all_reduce(sums, ReduceOp::Sum);
   return sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
@@ -101,9 +108,11 @@ struct SftStep {
 SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<size_t>& batch, int64_t step,
                    const RankInfo& me, Communicator& comm, Policy& policy, ShardedAdamW& optimizer) {
   const ContextChunk context = policy.context_chunk();
-  auto [rows, weights] = rank_rows(*in.train, batch, me, context, in.tokenizer->pad_id());
-  // The batch's loss tokens, a group's rows counted once (its ranks share them).
-  at::Tensor tokens_all = (context.rank == 0 ? weights.sum() : at::zeros({})).to(at::kDouble).reshape({1});
+  auto [rows, weights] = rank_rows(*in.train, batch, policy, in.tokenizer->pad_id());
+  // The batch's loss tokens and loss, a group's rows counted once (its ranks share them;
+  // the ranks of a tensor-parallel group compute the same loss).
+  const bool counts = context.rank == 0 && policy.tensor_rank() == 0;
+  at::Tensor tokens_all = (counts ? weights.sum() : at::zeros({})).to(at::kDouble).reshape({1});
   comm.all_reduce(tokens_all, ReduceOp::Sum);
   SftStep out;
   out.tokens = tokens_all.item<double>();
@@ -113,7 +122,7 @@ SftStep train_step(const Config& cfg, const SftInputs& in, const std::vector<siz
                                             at::Device(me.device), context)) {
     at::Tensor local_sum = weighted_loss_sum(mb, policy, weights, out.tokens);
     (local_sum * (static_cast<double>(me.world_size) / out.tokens)).backward();
-    loss_sum += local_sum.detach().to(at::kDouble).cpu();
+    if (policy.tensor_rank() == 0) loss_sum += local_sum.detach().to(at::kDouble).cpu();
   }
   comm.all_reduce(loss_sum, ReduceOp::Sum);
   out.loss = loss_sum.item<double>() / out.tokens;
