@@ -38,8 +38,11 @@ TEST_CASE("paged attention: decoding from scattered blocks equals attention over
           "[rl][generation]") {
   // 5 rows of 1..70 tokens, 6 query heads on 2 key/value heads (3 per group), blocks of
   // 4 tokens handed out in a shuffled order; tolerances: float32 1e-5, bfloat16 2e-2
-  // (its inputs are rounded to 8 bits of mantissa, the sums are float32).
-  const int64_t rows = 5, heads = 6, kv_heads = 2, dim = 16, block = 4, pool_blocks = 64;
+  // (its inputs are rounded to 8 bits of mantissa, the sums are float32). Head sizes: the
+  // kernel's whole-register loops (16, 64) and its element loops (8).
+  for (const int64_t dim : {16, 64, 8}) {
+  INFO("head_dim " << dim);
+  const int64_t rows = 5, heads = 6, kv_heads = 2, block = 4, pool_blocks = 64;
   const std::vector<int64_t> lengths = {1, 17, 70, 33, 4};
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   const at::Tensor key_pool = at::randn({pool_blocks, block, kv_heads, dim}, gen, at::kDouble);
@@ -76,6 +79,7 @@ TEST_CASE("paged attention: decoding from scattered blocks equals attention over
       CHECK((kernel[b].select(1, 0).to(at::kDouble) - want[b]).abs().max().item<double>() < tolerance);
       CHECK((gathered[b].select(1, 0).to(at::kDouble) - want[b]).abs().max().item<double>() < tolerance);
     }
+  }
   }
 }
 

@@ -23,15 +23,44 @@ namespace {
 #define AREAL_VECTOR_CLONES
 #endif
 
+// 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones in each clone (GCC's
+// vector extension: the compiler picks the instructions, no intrinsics).
+typedef float Lanes __attribute__((vector_size(64)));
+typedef float Lanes8 __attribute__((vector_size(32)));
+typedef float Lanes4 __attribute__((vector_size(16)));
+typedef float Lanes2 __attribute__((vector_size(8)));
+constexpr int64_t kLanes = 16;
+
 // scores[g * stride + l] = queries[g] . keys[l] for the `group` query heads [group, dim]
 // and `n` keys (key l at keys + l * key_stride). Each dot product in 16 independent
-// lanes (a vector register's worth), their halves added at the end: a fixed order, so it
-// vectorizes without reordering a float sum. (Written out here: a helper of the
-// baseline target would not be inlined into the clones.)
+// lanes, their halves added at the end: a fixed order, so it vectorizes without
+// reordering a float sum. (Written out here: a helper of the baseline target would not
+// be inlined into the clones.)
 AREAL_VECTOR_CLONES void block_scores(const float* __restrict queries, int64_t group, int64_t dim,
                                       const float* __restrict keys, int64_t key_stride, int64_t n,
                                       float* __restrict scores, int64_t stride) {
-  constexpr int64_t kLanes = 16;
+  if (dim % kLanes == 0) {  // whole registers: the query heads' dot products side by side
+    const int64_t chunks = dim / kLanes;
+    for (int64_t l = 0; l < n; ++l) {
+      const float* key = keys + l * key_stride;
+      for (int64_t g = 0; g < group; ++g) {
+        const float* query = queries + g * dim;
+        Lanes lane = {};
+        for (int64_t c = 0; c < chunks; ++c) {
+          Lanes q, k;
+          __builtin_memcpy(&q, query + c * kLanes, sizeof q);
+          __builtin_memcpy(&k, key + c * kLanes, sizeof k);
+          lane += q * k;
+        }
+        const Lanes8 half = __builtin_shufflevector(lane, lane, 0, 1, 2, 3, 4, 5, 6, 7) +
+                            __builtin_shufflevector(lane, lane, 8, 9, 10, 11, 12, 13, 14, 15);
+        const Lanes4 quarter = __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
+        const Lanes2 eighth = __builtin_shufflevector(quarter, quarter, 0, 1) + __builtin_shufflevector(quarter, quarter, 2, 3);
+        scores[g * stride + l] = eighth[0] + eighth[1];
+      }
+    }
+    return;
+  }
   for (int64_t l = 0; l < n; ++l) {
     const float* __restrict key = keys + l * key_stride;
     for (int64_t g = 0; g < group; ++g) {
@@ -52,6 +81,24 @@ AREAL_VECTOR_CLONES void block_scores(const float* __restrict queries, int64_t g
 AREAL_VECTOR_CLONES void block_accumulate(const float* __restrict probs, int64_t stride, int64_t group, int64_t dim,
                                           const float* __restrict values, int64_t value_stride, int64_t n,
                                           float* __restrict sums) {
+  if (dim % kLanes == 0 && dim <= 8 * kLanes) {  // a query head's sum in registers over the block
+    const int64_t chunks = dim / kLanes;
+    for (int64_t g = 0; g < group; ++g) {
+      Lanes sum[8];
+      for (int64_t c = 0; c < chunks; ++c) __builtin_memcpy(&sum[c], sums + g * dim + c * kLanes, sizeof(Lanes));
+      for (int64_t l = 0; l < n; ++l) {
+        const float p = probs[g * stride + l];
+        const float* value = values + l * value_stride;
+        for (int64_t c = 0; c < chunks; ++c) {
+          Lanes v;
+          __builtin_memcpy(&v, value + c * kLanes, sizeof v);
+          sum[c] += p * v;
+        }
+      }
+      for (int64_t c = 0; c < chunks; ++c) __builtin_memcpy(sums + g * dim + c * kLanes, &sum[c], sizeof(Lanes));
+    }
+    return;
+  }
   for (int64_t l = 0; l < n; ++l) {
     const float* value = values + l * value_stride;
     for (int64_t g = 0; g < group; ++g) {
@@ -108,16 +155,23 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
       for (int64_t x = 0; x < item_heads * dim; ++x) query[x] = static_cast<float>(q_item[x]) * scale;
       // The row's tokens [first, last) block by block: (offset in scores, the first token's
       // pool slot for head j0, count).
-      auto for_blocks = [&](auto&& visit) {
+      // A row's next block is elsewhere in the pool (blocks are handed out as rows grow),
+      // where the hardware prefetcher does not look: its bytes are asked for ahead.
+      auto for_blocks = [&](const T* pool, auto&& visit) {
         for (int64_t l = first; l < last;) {
           const int64_t n = std::min(block - l % block, last - l);
+          if (const int64_t next = (l / block + 2) * block; next < last) {  // two blocks ahead
+            const char* at = reinterpret_cast<const char*>(pool + (table[next / block] * block + next % block) * pool_stride);
+            const int64_t bytes = std::min(block - next % block, last - next) * pool_stride * static_cast<int64_t>(sizeof(T));
+            for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(at + offset);
+          }
           visit(l - first, (table[l / block] * block + l % block) * pool_stride + j0 * dim, n);
           l += n;
         }
       };
 
       scores.resize(item_heads * length);
-      for_blocks([&](int64_t at, int64_t slot, int64_t n) {
+      for_blocks(keys, [&](int64_t at, int64_t slot, int64_t n) {
         for (int64_t j = 0; j < span; ++j) {
           auto [rows_k, stride] = block_rows(keys + slot + j * dim, n, pool_stride, dim, buffer);
           block_scores(query.data() + j * group * dim, group, dim, rows_k, stride, n,
@@ -136,7 +190,7 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
         for (int64_t l = 0; l < length; ++l) s[l] *= normalizer;
       }
       std::fill(sum.begin(), sum.end(), 0.0f);
-      for_blocks([&](int64_t at, int64_t slot, int64_t n) {
+      for_blocks(values, [&](int64_t at, int64_t slot, int64_t n) {
         for (int64_t j = 0; j < span; ++j) {
           auto [rows_v, stride] = block_rows(values + slot + j * dim, n, pool_stride, dim, buffer);
           block_accumulate(scores.data() + j * group * length + at, length, group, dim, rows_v, stride, n,
