@@ -16,7 +16,8 @@ namespace {
 
 // The kernel's loops over head_dim, compiled for AVX-512, for AVX2 and for the
 // baseline, one chosen when the library loads (GCC's target_clones): the compiler
-// vectorizes them (no intrinsics). Elsewhere: the baseline alone.
+// vectorizes them (no intrinsics). Elsewhere: the baseline alone. (Features, not `arch=`
+// clones: those are chosen by the CPU's model, and a newer CPU would get the baseline.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define AREAL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
