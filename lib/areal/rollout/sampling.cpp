@@ -180,24 +180,33 @@ NextTokens sample_rows(const VocabSlice& slice, const SamplingParams& p, std::ve
   const int64_t real = std::clamp<int64_t>(slice.vocab_size - slice.first, 0, columns);
   // Non-finite logits anywhere: NaN and +-inf reach a row's minimum or maximum.
   bool bad = false;
+  at::Tensor logit_maxima;  // [rows] of the real columns
   if (real > 0) {
     const at::Tensor part = slice.logits.narrow(1, 0, real);
-    bad = !(at::isfinite(part.amin(1)) & at::isfinite(part.amax(1))).all().item<bool>();
+    logit_maxima = part.amax(1);
+    bad = !(at::isfinite(part.amin(1)) & at::isfinite(logit_maxima)).all().item<bool>();
   }
 
-  // The scores: logits / temperature, padding and held-back stop ids at -inf.
-  at::Tensor scores =
-      (p.temperature == 1.0 ? slice.logits.clone(at::MemoryFormat::Contiguous) : slice.logits / p.temperature).contiguous();
+  // The scores: logits / temperature, padding and held-back stop ids at -inf. Plain
+  // logits with nothing to mask are used as they are (no copy), and their maxima are
+  // the ones just taken.
+  bool holds = false;
+  for (int64_t r = 0; r < rows && !p.stop_ids.empty(); ++r) holds = holds || hold_stop[static_cast<size_t>(r)];
+  const bool as_is = p.temperature == 1.0 && real == columns && !holds && slice.logits.is_contiguous();
+  at::Tensor scores = as_is ? slice.logits
+                            : (p.temperature == 1.0 ? slice.logits.clone(at::MemoryFormat::Contiguous)
+                                                    : slice.logits / p.temperature)
+                                  .contiguous();
   if (real < columns) scores.narrow(1, real, columns - real).fill_(-INFINITY);
   float* score = scores.data_ptr<float>();
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows && holds; ++r) {
     if (!hold_stop[static_cast<size_t>(r)]) continue;
     for (int64_t id : p.stop_ids)
       if (id >= slice.first && id < slice.first + real) score[r * columns + id - slice.first] = -INFINITY;
   }
 
   // The maxima (with a flag for non-finite logits anywhere) and the normalizer.
-  at::Tensor maxima = at::cat({scores.amax(1), at::full({1}, bad ? 1.0f : 0.0f)});
+  at::Tensor maxima = at::cat({as_is ? logit_maxima : scores.amax(1), at::full({1}, bad ? 1.0f : 0.0f)});
   all_reduce(maxima, ReduceOp::Max, group);
   if (maxima[rows].item<float>() > 0)
     throw std::runtime_error("generation: the policy's logits are not finite (NaN or inf in the weights; a diverged "
