@@ -38,6 +38,21 @@ def shard_like_areal(model, device_mesh, reshard_after_forward=True):
     return model
 
 
+def byte_rows(data_path):
+    """DATA.jsonl rows {"text": ...} as areal-train's byte tokenizer reads them: BOS 256,
+    the UTF-8 bytes, EOS 257; in file order."""
+    return [[256] + list(json.loads(line)["text"].encode()) + [257] for line in open(data_path) if line.strip()]
+
+
+def padded_batch(rows, device):
+    """Rows right-padded to the longest (id 0) and their attention mask, as transformers
+    pads a batch: (ids, mask), both [rows, longest] int64 on `device`."""
+    longest = max(len(r) for r in rows)
+    ids = torch.tensor([r + [0] * (longest - len(r)) for r in rows], dtype=torch.long, device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (longest - len(r)) for r in rows], dtype=torch.long, device=device)
+    return ids, mask
+
+
 def _status_bytes(field):
     with open("/proc/self/status") as f:
         for line in f:

@@ -15,7 +15,6 @@ of BATCH rows is dealt to the D groups (group g takes rows g, g + D, ...), the r
 a group share them. Loss: next-token cross-entropy summed over the real targets,
 divided by the global batch's target tokens; AdamW as fsdp2_train.py, global clipping 1.0.
 """
-import json
 import sys
 import time
 
@@ -48,7 +47,7 @@ def main(model_dir, data_path, batch, steps, lr, out, tensor):
     groups = world // tensor
     mesh = init_device_mesh(device.type, (groups, tensor), mesh_dim_names=("dp", "tp"))
     group = rank // tensor  # the dp coordinate: tensor groups are consecutive ranks
-    rows = [[256] + list(json.loads(line)["text"].encode()) + [257] for line in open(data_path) if line.strip()]
+    rows = common.byte_rows(data_path)
     assert batch % groups == 0 and len(rows) >= batch * steps
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     model.config.use_cache = False
@@ -72,9 +71,7 @@ def main(model_dir, data_path, batch, steps, lr, out, tensor):
         for step in range(steps):
             start = time.perf_counter()
             mine = rows[step * batch + group:(step + 1) * batch:groups]
-            longest = max(len(r) for r in mine)
-            ids = torch.tensor([r + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
-            mask = torch.tensor([[1] * len(r) + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
+            ids, mask = common.padded_batch(mine, device)
             targets = torch.cat([ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100),
                                  torch.full_like(ids[:, :1], -100)], dim=1)
             target_tokens = (targets != -100).sum().to(torch.float64).reshape(1) / tensor  # a group's ranks share rows

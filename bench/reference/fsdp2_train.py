@@ -17,7 +17,6 @@ real tokens and divided by the target tokens of the whole global batch; AdamW (b
 0.9/0.999, eps 1e-8, no weight decay), global gradient clipping at 1.0. Each step
 records the global batch's target tokens (the useful ones: padding excluded).
 """
-import json
 import sys
 import time
 
@@ -31,7 +30,7 @@ def main(model_dir, data_path, batch, steps, lr, out, checkpointing):
     batch, steps, lr = int(batch), int(steps), float(lr)
     assert checkpointing in ("true", "false"), checkpointing
     rank, world, device = common.setup()
-    rows = [[256] + list(json.loads(line)["text"].encode()) + [257] for line in open(data_path) if line.strip()]
+    rows = common.byte_rows(data_path)
     assert batch % world == 0 and len(rows) >= batch * steps
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     if checkpointing == "true":
@@ -45,9 +44,7 @@ def main(model_dir, data_path, batch, steps, lr, out, checkpointing):
         for step in range(steps):
             start = time.perf_counter()
             mine = rows[step * batch + rank:(step + 1) * batch:world]
-            longest = max(len(r) for r in mine)
-            ids = torch.tensor([r + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
-            mask = torch.tensor([[1] * len(r) + [0] * (longest - len(r)) for r in mine], dtype=torch.long, device=device)
+            ids, mask = common.padded_batch(mine, device)
             targets = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
             target_tokens = (targets != -100).sum().to(torch.float64).reshape(1)
             torch.distributed.all_reduce(target_tokens)

@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include "catch_with_torch.h"
 
-#include "areal/fsdp/context_parallel.h"
 #include "areal/fsdp/engine.h"
 #include "areal/fsdp/expert_parallel.h"
 #include "areal/fsdp/micro_batches.h"
@@ -289,57 +288,6 @@ TEST_CASE("engine: LoRA adapters train alike with and without expert parallelism
   CHECK(norm > 0);
 }
 
-// Context parallelism (Ulysses): the ranks in groups of c, each holding a chunk of c
-// tokens of its group's rows; attention exchanges heads for tokens. A rank's loss is its
-// chunk's share of the group's next-token loss times c (the unit gradients are averaged
-// over all ranks). Loss and gradients equal the whole model's mean over the groups: c2
-// at np 2, d2c2 and c4 at np 4 (c4 with 2 key/value heads: each repeated on 2 ranks);
-// sliding windows, Gemma's local rotary, padding, both ways of running.
-TEST_CASE("engine: context parallelism gives the whole model's loss and gradients", "[mpi][engine]") {
-  for (int degree : {2, 4}) {
-    if (g_me.world_size % degree != 0) continue;
-    for (const auto& name : {"qwen2_tied", "llama_mha_bias", "gemma2", "gemma3_window", "mistral_window"})
-      for (bool checkpointing : {false, true}) {
-        INFO(name << ", c = " << degree << (checkpointing ? ", gradient checkpointing" : ", activations kept"));
-        const std::string path = kFixtures + "/" + name;
-        LoadedEngine loaded = load_engine(path, checkpointing);
-        FsdpEngine& engine = *loaded.engine;
-        engine.set_context_parallel(degree);
-        const ModelConfig& c = loaded.init.model->config();
-        const int64_t groups = g_me.world_size / degree, group = g_me.rank / degree, chunk = g_me.rank % degree;
-        const int64_t rows = 2, length = 8, local = length / degree;
-        at::Tensor all_ids = at::randint(c.vocab_size, {rows * groups, length},
-                                         at::make_generator<at::CPUGeneratorImpl>(44), at::kLong);
-        at::Tensor all_mask = at::ones_like(all_ids);
-        all_mask.select(0, 1).narrow(0, length - 3, 3).zero_();  // group 0's second row ends in padding
-        const at::Tensor ids = all_ids.narrow(0, group * rows, rows), mask = all_mask.narrow(0, group * rows, rows);
-        const AttentionInputs attention = attention_inputs(c, ids, mask, nullptr, at::kFloat);
-        const at::Tensor logits = engine.forward(ids.narrow(1, chunk * local, local).contiguous(), attention);
-        // The chunk's targets: the next token of the whole row; the row's last token has none.
-        const at::Tensor targets =
-            at::cat({ids.narrow(1, 1, length - 1), at::full({rows, 1}, -100, at::kLong)}, 1).narrow(1, chunk * local, local);
-        const at::Tensor share = at::cross_entropy_loss(logits.reshape({-1, c.vocab_size}), targets.reshape({-1}), {},
-                                                        at::Reduction::Sum, -100) /
-                                 static_cast<double>(rows * (length - 1));
-        (share * static_cast<double>(degree)).backward();
-        at::Tensor group_loss = share.detach().clone();
-        g_comm->all_reduce(group_loss, ReduceOp::Sum);  // every group's loss (the sum of its chunks' shares), summed
-
-        auto reference = load_causal_lm(path, at::kFloat);
-        for (auto& p : reference->parameters()) p.requires_grad_(true);
-        std::vector<at::Tensor> losses;
-        for (int64_t g = 0; g < groups; ++g) {
-          const at::Tensor r_ids = all_ids.narrow(0, g * rows, rows), r_mask = all_mask.narrow(0, g * rows, rows);
-          losses.push_back(next_token_loss(reference->forward(r_ids, r_mask), r_ids));
-        }
-        const at::Tensor mean = at::stack(losses).mean();
-        mean.backward();
-        CHECK(std::abs(group_loss.item<double>() / static_cast<double>(groups) - mean.item<double>()) < 1e-5);
-        check_grads_equal(gathered_grads(*loaded.init.model), reference_grads(*reference));
-      }
-  }
-}
-
 // The summed next-token loss of a rank's logits ([rows, width, columns]: its chunk of
 // the rows' positions, first position `first`, its vocabulary columns with tensor
 // parallelism) against the rows `ids` [rows, length]; a row's last token has no target.
@@ -356,20 +304,22 @@ at::Tensor chunk_loss_sum(FsdpEngine& engine, const at::Tensor& logits, const at
                                 -100);
 }
 
-// Tensor parallelism, alone and with data and context parallelism: ranks
-// ((group x c) + chunk) x t + place; a tensor group's ranks run the same rows, each its
-// heads, channels and vocabulary columns (the loss over them joined without gathering
-// the logits), a context group's ranks their chunks. Every rank's loss share is its
-// group's chunk loss over the group's targets, times t x c (the unit gradients are
-// averaged over all ranks). Loss and gradients equal the whole model's mean over the
-// groups: t2 (np 2), t4, d2t2 and t2c2 (np 4); tied and untied heads, biases (a
+// The training meshes: ranks ((group x c) + chunk) x t + place. Context parallelism
+// (Ulysses): a context group's ranks each hold a chunk of c tokens of the group's rows,
+// attention exchanging heads for tokens. Tensor parallelism: a tensor group's ranks run
+// the same rows, each its heads, channels and vocabulary columns (the loss over them
+// joined without gathering the logits). Every rank's loss share is its group's chunk
+// loss over the group's targets, times t x c (the unit gradients are averaged over all
+// ranks). Loss and gradients equal the whole model's mean over the groups: c2 and t2
+// (np 2), d2c2, c4, t4, d2t2 and t2c2 (np 4); tied and untied heads, biases (a
 // row-parallel one on the first rank), soft-caps and Gemma's four norms, per-head norms,
-// sliding windows, shared key/value heads (t4), padding, both ways of running.
-TEST_CASE("engine: tensor parallelism gives the whole model's loss and gradients", "[mpi][engine]") {
+// sliding windows and Gemma 3's local rotary, key/value heads repeated (c4) or shared
+// (t4) over ranks, padding, both ways of running.
+TEST_CASE("engine: context and tensor parallelism give the whole model's loss and gradients", "[mpi][engine]") {
   struct Mesh {
     int64_t t, c;
   };
-  for (const Mesh mesh : {Mesh{2, 1}, Mesh{4, 1}, Mesh{2, 2}}) {
+  for (const Mesh mesh : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 1}, Mesh{4, 1}, Mesh{2, 2}}) {
     if (g_me.world_size % (mesh.t * mesh.c) != 0 || g_me.world_size < mesh.t * mesh.c) continue;
     for (const auto& name : {"qwen2_tied", "llama_mha_bias", "gemma2", "gemma3_window", "mistral_window"})
       for (bool checkpointing : {false, true}) {
