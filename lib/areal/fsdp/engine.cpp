@@ -18,6 +18,7 @@
 #include "areal/fsdp/overlap.h"
 #include "areal/fsdp/tensor_parallel.h"
 #include "areal/model/functional.h"
+#include "areal/model/tensor_slices.h"
 #include "areal/util/strings.h"
 
 namespace areal {
@@ -422,10 +423,7 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
       at::Tensor out;
       if (const TensorParallelism* tensor = call.engine->tensor_parallelism()) {
         // The ids in this rank's vocabulary rows (0 for the others; the engine sums the group's).
-        const at::Tensor local = call.input_ids - tensor->vocab_begin();
-        const at::Tensor mine = (local >= 0) & (local < tensor->vocab_rows());
-        out = at::embedding(tensor->vocab_slice(weight), local.clamp(0, tensor->vocab_rows() - 1)) *
-              mine.unsqueeze(-1).to(weight.scalar_type());
+        out = embed_vocab_rows(tensor->vocab_slice(weight), call.input_ids, tensor->vocab_begin());
       } else {
         out = at::embedding(weight, call.input_ids);
       }

@@ -13,6 +13,7 @@
 #include "areal/fsdp/save.h"
 #include "areal/fsdp/tensor_parallel.h"
 #include "areal/fsdp/unit_weights.h"
+#include "areal/model/tensor_slices.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
 
@@ -60,8 +61,7 @@ void check_policy_model(const Config& cfg, const ModelConfig& model) {
   if (tensor_ranks > 1) {
     const std::string what = cat("tensor parallelism (t", tensor_ranks, ")");
     check_sharing(what);
-    if (heads % tensor_ranks != 0 || model.intermediate_size % tensor_ranks != 0 ||
-        (kv % tensor_ranks != 0 && tensor_ranks % kv != 0))
+    if (!tensor_parallel_splits(model, tensor_ranks))
       throw ConfigError(cat("option 'actor.backend': ", what, " splits the attention heads and the MLP: the model's ",
                             heads, " heads, ", kv, " key/value heads and ", model.intermediate_size,
                             " MLP channels (", cfg.model_path, ") need a t that divides the heads and the channels "

@@ -48,11 +48,10 @@ struct EnterGroup : public torch::autograd::Function<EnterGroup> {
 TensorParallelism::TensorParallelism(Communicator& comm, const ModelConfig& config, int degree)
     : degree_(degree), config_(config) {
   const int world = comm.world_size(), rank = comm.rank();
-  const int64_t kv = config.num_key_value_heads;
-  if (degree < 1 || world % degree != 0 || config.num_attention_heads % degree != 0 ||
-      config.intermediate_size % degree != 0 || (kv % degree != 0 && degree % kv != 0))
+  if (degree < 1 || world % degree != 0 || !tensor_parallel_splits(config, degree))
     throw std::invalid_argument(cat("TensorParallelism: groups of ", degree, " ranks over ", world, " ranks, ",
-                                    config.num_attention_heads, " attention heads, ", kv, " key/value heads and ",
+                                    config.num_attention_heads, " attention heads, ", config.num_key_value_heads,
+                                    " key/value heads and ",
                                     config.intermediate_size, " MLP channels (the group size must divide the ranks, "
                                     "the heads and the channels, and divide or be a multiple of the key/value heads)"));
   if (config.num_experts > 0)

@@ -58,6 +58,17 @@ ModelConfig tensor_parallel_config(const ModelConfig& config, int64_t ranks) {
   return local;
 }
 
+bool tensor_parallel_splits(const ModelConfig& c, int64_t t) {
+  const int64_t kv = c.num_key_value_heads;
+  return t >= 1 && c.num_attention_heads % t == 0 && c.intermediate_size % t == 0 && (kv % t == 0 || t % kv == 0);
+}
+
+at::Tensor embed_vocab_rows(const at::Tensor& rows, const at::Tensor& ids, int64_t first) {
+  const at::Tensor local = ids - first;
+  const at::Tensor mine = (local >= 0) & (local < rows.size(0));
+  return at::embedding(rows, local.clamp(0, rows.size(0) - 1)) * mine.unsqueeze(-1).to(rows.scalar_type());
+}
+
 TensorShare tensor_parallel_share(const std::string& inside) {
   const WeightRole role = role_of(inside);
   switch (role.module) {

@@ -41,4 +41,12 @@ TensorSlice tensor_parallel_slice(const ModelConfig& config, const std::string& 
 // heads (kv_heads / t, or 1 when shared), MLP and each expert's channels.
 ModelConfig tensor_parallel_config(const ModelConfig& config, int64_t ranks);
 
+// Whether `ranks` split the attention heads and the MLP's channels evenly, and the
+// key/value heads evenly or into replicas (ranks a multiple of them).
+bool tensor_parallel_splits(const ModelConfig& config, int64_t ranks);
+
+// The embeddings of `ids` from a rank's rows [first, first + rows.size(0)) of the
+// vocabulary, zeros for the ids other ranks hold: the sum over the group is the lookup.
+at::Tensor embed_vocab_rows(const at::Tensor& rows, const at::Tensor& ids, int64_t first);
+
 }  // namespace areal

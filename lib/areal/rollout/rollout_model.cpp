@@ -29,7 +29,9 @@ void check_tensor_parallel(const ModelConfig& c, int64_t t, bool whole_experts) 
   if (kv % t != 0 && t % kv != 0) refuse(kv, "key/value heads (num_key_value_heads; t must divide them or be a multiple)");
 }
 
-int64_t tensor_parallel_kv_heads(const ModelConfig& c, int64_t t) { return std::max<int64_t>(1, c.num_key_value_heads / t); }
+int64_t tensor_parallel_kv_heads(const ModelConfig& c, int64_t t) {
+  return tensor_parallel_config(c, t).num_key_value_heads;
+}
 
 namespace {
 
@@ -65,14 +67,11 @@ RolloutModel::RolloutModel(const ModelConfig& config, size_t units, const UnitSo
       rank_(group ? group->rank() : 0) {
   const bool whole = whole_experts && tensor_parallel_ > 1;
   check_tensor_parallel(config_, tensor_parallel_, whole);
-  local_.num_attention_heads /= tensor_parallel_;
-  local_.num_key_value_heads = tensor_parallel_kv_heads(config_, tensor_parallel_);
-  local_.intermediate_size /= tensor_parallel_;
-  if (whole) {  // experts whole, E/t on each rank; the router whole
+  local_ = tensor_parallel_config(config_, tensor_parallel_);  // each expert split like the dense MLP; the router whole
+  if (whole) {  // experts whole, E/t on each rank
+    local_.moe_intermediate_size = config_.moe_intermediate_size;
     whole_experts_.ranks = tensor_parallel_;
     whole_experts_.rank = rank_;
-  } else {
-    local_.moe_intermediate_size /= tensor_parallel_;  // each expert split like the dense MLP; the router whole
   }
   vocab_rows_ = (config_.vocab_size + tensor_parallel_ - 1) / tensor_parallel_;
   vocab_begin_ = rank_ * vocab_rows_;
@@ -151,9 +150,7 @@ void RolloutModel::all_reduce(at::Tensor& t) { group_->all_reduce(t, ReduceOp::S
 at::Tensor RolloutModel::embed(const at::Tensor& ids) {
   if (tensor_parallel_ == 1) return embed_tokens(config_, embed_, ids);
   // Each rank looks up the ids in its rows (zeros for the others); the sum has every row.
-  at::Tensor local = ids - vocab_begin_;
-  at::Tensor mine = ((local >= 0) & (local < vocab_rows_)).unsqueeze(-1).to(embed_.scalar_type());
-  at::Tensor hidden = at::embedding(embed_, local.clamp(0, vocab_rows_ - 1)) * mine;
+  at::Tensor hidden = embed_vocab_rows(embed_, ids, vocab_begin_);
   all_reduce(hidden);
   return scale_embeddings(config_, hidden);
 }
