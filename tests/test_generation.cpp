@@ -236,7 +236,10 @@ TEST_CASE("generation: the rollout's memory estimate and the refusal when it doe
     const int64_t expected = (parameters + t - 1) / t * 4 + std::max(layer0, embedding) * 8 +
                              8 * 32 * c.num_hidden_layers * 2 * (c.num_key_value_heads / t) * c.head_dim * 4 +
                              8 * ((c.vocab_size + t - 1) / t) * (4 + 40);
-    CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t) == expected);
+    CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t, /*packed_weights=*/false) == expected);
+    // On the CPU a tied head's packed copy sits beside the embedding.
+    const int64_t tied_copy = c.tie_word_embeddings ? (c.vocab_size + t - 1) / t * c.hidden_size * 4 : 0;
+    CHECK(rollout_memory_bytes(c, parameters, at::kFloat, 8, 10, 20, t, /*packed_weights=*/true) == expected + tied_copy);
   }
   CHECK(free_memory_bytes(at::Device("cpu")) > 0);
   CHECK_NOTHROW(check_rollout_memory(c, parameters, at::kFloat, 8, 10, 20, 1, at::Device("cpu")));
@@ -280,6 +283,22 @@ TEST_CASE("generation: the sampler draws from softmax(logits / temperature) over
   expect(frequencies(p, none, &logprobs), scaled.softmax(0));
   for (int64_t v = 0; v < 6; ++v)
     if (logprobs[v] != 0) CHECK(logprobs[v] == Approx(scaled.log_softmax(0)[v].item<double>()).margin(1e-5));
+  {  // The six tokens spread over 1,000 columns (the rest at -1e4: weight 0): the running sum passes
+    // the sampler's blocks of columns, two of the tokens on either side of one's edge.
+    const std::vector<int64_t> ids = {3, 255, 256, 511, 700, 999};
+    at::Tensor wide = at::full({rows, 1000}, -1e4f);
+    for (int64_t v = 0; v < 6; ++v) wide.select(1, ids[v]).fill_(row[v]);
+    std::vector<at::Generator> generators;
+    for (int64_t r = 0; r < rows; ++r) generators.push_back(answer_generator(22, 0, r, 0));
+    const NextTokens next = sample_next({wide, 0, 1000}, p, generators, none, nullptr);
+    std::vector<double> counts(6, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto at = std::find(ids.begin(), ids.end(), next.tokens[r]);
+      REQUIRE(at != ids.end());
+      counts[at - ids.begin()] += 1.0 / rows;
+    }
+    expect(counts, scaled.softmax(0));
+  }
   // top_k 3: tokens 0, 5, 1.
   SamplingParams k3 = p;
   k3.top_k = 3;

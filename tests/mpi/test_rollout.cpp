@@ -42,6 +42,8 @@ int64_t expected_slice_bytes(CausalLM& whole, int64_t t, int64_t group_rank) {
     else if (name.find("o_proj.bias") != std::string::npos) elements += group_rank == 0 ? n : 0;
     else elements += n / t;
   }
+  // A tied head on the CPU: its packed copy beside the embedding (packed_weights.h).
+  if (whole.config().tie_word_embeddings) elements += whole.config().vocab_size * whole.config().hidden_size / t;
   return elements * static_cast<int64_t>(sizeof(float));
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "areal/model/packed_weights.h"
 #include "areal/model/rotary.h"
 #include "areal/model/transformer.h"
 
@@ -276,7 +277,7 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
-    at::Tensor out = at::linear(in, w(name + ".weight"), w(name + ".bias"));
+    at::Tensor out = linear_product(in, w(name + ".weight"), w(name + ".bias"));
     if (at::Tensor a = w(name + ".lora_A.weight"); a.defined())
       out = out + at::linear(at::linear(in, a), w(name + ".lora_B.weight")) * lora_scale;
     return out;
@@ -365,7 +366,7 @@ at::Tensor lm_logits(const ModelConfig& c, const at::Tensor& norm_weight, const 
                      const at::Tensor& hidden, const TensorParallel* tensor) {
   at::Tensor normed = model_norm(c, hidden, norm_weight);
   if (tensor) normed = tensor->enter(normed);
-  at::Tensor logits = at::linear(normed, head_weight);
+  at::Tensor logits = linear_product(normed, head_weight);
   if (c.final_logit_softcapping > 0)
     logits = at::tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
   return logits;

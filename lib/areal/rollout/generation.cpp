@@ -26,10 +26,12 @@ int64_t largest_unit_parameters(const ModelConfig& c) {
 }
 
 int64_t rollout_memory_bytes(const ModelConfig& c, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                             int64_t max_new_tokens, int64_t tensor_parallel) {
+                             int64_t max_new_tokens, int64_t tensor_parallel, bool packed_weights) {
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype)), t = tensor_parallel;
-  // This rank's slices, plus the unit being sliced (gathered in float32 when LoRA is merged).
-  const int64_t weights = (parameters + t - 1) / t * element + largest_unit_parameters(c) * (4 + element);
+  // This rank's slices, plus the unit being sliced (gathered in float32 when LoRA is merged),
+  // plus a tied head's packed copy beside the embedding.
+  const int64_t tied_copy = packed_weights && c.tie_word_embeddings ? (c.vocab_size + t - 1) / t * c.hidden_size : 0;
+  const int64_t weights = ((parameters + t - 1) / t + tied_copy) * element + largest_unit_parameters(c) * (4 + element);
   const int64_t block = PagedKvCache::kBlockTokens;
   const int64_t cache = rows * ((max_prompt + max_new_tokens + block - 1) / block * block) * c.num_hidden_layers * 2 *
                         tensor_parallel_kv_heads(c, t) * c.head_dim * element;
@@ -54,7 +56,8 @@ int64_t free_memory_bytes(const at::Device& device) {
 
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
                           int64_t max_new_tokens, int64_t tensor_parallel, const at::Device& device) {
-  const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens, tensor_parallel);
+  const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens, tensor_parallel,
+                                            device.is_cpu());
   const int64_t free = free_memory_bytes(device);
   if (free > 0 && need > free)
     throw std::runtime_error(cat("the rollout needs ", format_bytes(need), " on ", device.str(), " (weights / ",

@@ -4,6 +4,7 @@
 // the shards (RolloutModel, rollout_model.h: unit by unit, LoRA merged in) and its
 // generation group of t ranks generates the group's prompts together. Per rank:
 //   parameters / t x dtype size  +  one unit (the one being sliced)
+//   +  on the CPU with a tied head, its packed copy (vocab / t x hidden x dtype size)
 //   +  KV cache (rows x (prompt + max_new_tokens) x layers x 2 x kv_heads / t x head_dim
 //      x dtype size)  +  the logits of one step (rows x vocab / t x (4 + dtype size)),
 // with rows = the answers the group generates together; check_rollout_memory refuses to
@@ -76,10 +77,11 @@ using WeightCheck = std::function<int64_t()>;
 
 // The parameters of the model's largest unit (a decoder layer, or embedding + norm).
 int64_t largest_unit_parameters(const ModelConfig& config);
-// Bytes the rollout needs per rank (formula above) and the bytes free on `device`
+// Bytes the rollout needs per rank (formula above; `packed_weights`: on the CPU, where a
+// tied head is packed as a copy beside the embedding) and the bytes free on `device`
 // (host: MemAvailable; CUDA: the driver's free memory).
 int64_t rollout_memory_bytes(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
-                             int64_t max_new_tokens, int64_t tensor_parallel);
+                             int64_t max_new_tokens, int64_t tensor_parallel, bool packed_weights);
 int64_t free_memory_bytes(const at::Device& device);
 // Throws std::runtime_error with both figures when the rollout would not fit.
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,

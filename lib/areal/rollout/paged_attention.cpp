@@ -11,18 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "areal/rollout/vector_clones.h"
+
 namespace areal {
 namespace {
-
-// The kernel's loops over head_dim, compiled for AVX-512, for AVX2 and for the
-// baseline, one chosen when the library loads (GCC's target_clones): the compiler
-// vectorizes them (no intrinsics). Elsewhere: the baseline alone. (Features, not `arch=`
-// clones: those are chosen by the CPU's model, and a newer CPU would get the baseline.)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define AREAL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define AREAL_VECTOR_CLONES
-#endif
 
 // 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones in each clone (GCC's
 // vector extension: the compiler picks the instructions, no intrinsics).

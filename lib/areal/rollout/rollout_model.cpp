@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "areal/model/packed_weights.h"
 #include "areal/model/tensor_slices.h"
 #include "areal/util/error.h"
 #include "areal/util/strings.h"
@@ -102,13 +103,16 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     if (real > 0) out.narrow(0, 0, real).copy_(whole.narrow(0, vocab_begin_, real));
     return out;
   };
+  // The products' weights packed for the CPU (packed_weights.h): a packed copy replaces
+  // the slice, or sits beside a shared or tied one.
+  auto packed = [](const at::Tensor& weight) { return can_pack_weight(weight) ? pack_weight(weight) : weight; };
   if (name == "model.embed_tokens.weight") {
     embed_ = kept(vocab_slice());
-    if (config_.tie_word_embeddings) head_ = embed_;
+    if (config_.tie_word_embeddings) head_ = packed(embed_);
     return;
   }
   if (name == "lm_head.weight") {
-    head_ = kept(vocab_slice());
+    head_ = packed(kept(vocab_slice()));
     return;
   }
   if (name == "model.norm.weight") {
@@ -127,21 +131,23 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
       slice = tensor_parallel_slice(config_, inside, whole, t, r).weight;  // model/tensor_slices.h
     }
   }
-  if (slice.defined()) layers_.at(layer)[inside] = kept(slice);
+  if (!slice.defined()) return;
+  layers_.at(layer)[inside] = ends_with(inside, "_proj.weight") ? packed(kept(slice)) : kept(slice);
 }
 
 int64_t RolloutModel::weight_bytes() const {
-  int64_t bytes = embed_.nbytes() + norm_.nbytes() + (config_.tie_word_embeddings ? 0 : head_.nbytes());
+  auto bytes_of = [](const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; };
+  int64_t bytes = bytes_of(embed_) + bytes_of(norm_) + (head_.is_same(embed_) ? 0 : bytes_of(head_));
   for (const auto& layer : layers_)
-    for (const auto& [name, t] : layer) bytes += t.nbytes();
+    for (const auto& [name, t] : layer) bytes += bytes_of(t);
   return bytes;
 }
 
 std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
   std::map<std::string, at::Tensor> out = {{"model.embed_tokens.weight", embed_}, {"model.norm.weight", norm_}};
-  if (!config_.tie_word_embeddings) out["lm_head.weight"] = head_;
+  if (!config_.tie_word_embeddings) out["lm_head.weight"] = unpacked_weight(head_);
   for (size_t i = 0; i < layers_.size(); ++i)
-    for (const auto& [name, t] : layers_[i]) out[cat("model.layers.", i, ".", name)] = t;
+    for (const auto& [name, t] : layers_[i]) out[cat("model.layers.", i, ".", name)] = unpacked_weight(t);
   return out;
 }
 

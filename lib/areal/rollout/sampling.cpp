@@ -10,6 +10,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "areal/rollout/vector_clones.h"
+
 namespace areal {
 
 SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> stop_ids, int64_t pad_id) {
@@ -30,24 +32,15 @@ SamplingParams sampling_params(const GenerationConfig& g, std::vector<int64_t> s
 
 namespace {
 
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// The uniform draw in (0, 1) of (row key, token id): the Gumbel noise's source.
-inline double uniform(uint64_t row_key, uint64_t id_hash) {
-  return (static_cast<double>(splitmix64(row_key ^ id_hash) >> 11) + 0.5) * 0x1p-53;
-}
-
 // The key of a row's step: its generator's next 64 bits (each rank of a group holds the
 // same generators and draws the same number, so the keys agree).
 uint64_t step_key(at::Generator& generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
 }
+
+// The key's uniform draw in (0, 1).
+double uniform(uint64_t key) { return (static_cast<double>(key >> 11) + 0.5) * 0x1p-53; }
 
 // Every rank's [rows, n] side by side: [rows, t * n], rank order (t = 1: `local`).
 at::Tensor gather_columns(const at::Tensor& local, Communicator* group) {
@@ -62,47 +55,95 @@ void all_reduce(at::Tensor& t, ReduceOp op, Communicator* group) {
   if (group && group->world_size() > 1) group->all_reduce(t, op);
 }
 
-// Each rank's best (score plus noise) over its kept tokens (the others at -inf) with its
-// token id and score: [rows, 3] offers for draw(). The Gumbel-max draw argmax_i s_i + g_i, g_i = -log(-log u_i), is
-// argmin_i E_i / e_i with E_i = -log u_i and e_i = exp(s_i - top). Since E_i >= 1 - u_i,
-// a token whose 1 - u_i is at least best * e_i cannot win: its log is never taken, and
-// the test can use `bound`, the vectorized exp (within 1e-5 of e_i from above once
-// scaled), leaving exact keys (std::exp, the same on every rank and at every t) to the
-// few candidates, about log(columns) per row. The offer's value is -key, so the largest
-// wins across ranks, as for the other paths.
-at::Tensor plain_offers(const at::Tensor& scores, const at::Tensor& bound, const at::Tensor& top, int64_t first,
-                        const std::vector<uint64_t>& keys) {
-  const int64_t rows = scores.size(0), columns = scores.size(1);
-  std::vector<uint64_t> id_hash(static_cast<size_t>(columns));
-  for (int64_t i = 0; i < columns; ++i) id_hash[i] = splitmix64(static_cast<uint64_t>(first + i));
-  const at::Tensor s = scores.contiguous(), e = bound.contiguous(), t = top.contiguous();
-  at::Tensor offers = at::empty({rows, 3}, at::kDouble);
-  const float* score = s.data_ptr<float>();
-  const float* approx = e.data_ptr<float>();
-  const float* tops = t.data_ptr<float>();
-  double* offer = offers.data_ptr<double>();
-  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = score + r * columns;
-      const float* upper = approx + r * columns;
-      double best = INFINITY;
-      int64_t winner = -1;
-      for (int64_t i = 0; i < columns; ++i) {
-        if (upper[i] == 0) continue;  // masked, or too unlikely to matter (below float's range)
-        const double u = uniform(keys[r], id_hash[i]);
-        if (1.0 - u >= best * (upper[i] * (1.0 + 1e-5))) continue;
-        const double key = -std::log(u) / std::exp(row[i] - tops[r]);
-        if (key < best) {
-          best = key;
-          winner = i;
-        }
-      }
-      // A rank whose columns are all masked offers nothing that can win.
-      offer[3 * r] = winner < 0 ? -INFINITY : -best;
-      offer[3 * r + 1] = static_cast<double>(first + std::max<int64_t>(winner, 0));
-      offer[3 * r + 2] = winner < 0 ? -INFINITY : row[winner];
+// The draw by inverting each row's cumulative distribution: with e_i = exp(s_i - top)
+// (0 for a masked token) and Z their sum over the whole vocabulary, the token is the
+// first whose running sum of e passes T = u * Z, u the row's uniform. The sums are in
+// double, kept by blocks of kBlock columns so that the search reads one block of e.
+// In a group each rank's total is gathered and the rank whose range [P, P + L) of the
+// running sum holds T (P: the lower ranks' totals) searches its columns from P: the
+// same running sums as at t = 1 but for the order of the double additions (about
+// 1e-16 of Z), so the token does not depend on t. Returns [rows, 3] offers for draw()
+// (the owner's value 1, the others' -inf) and fills z with the rows' Z, [rows, 1].
+constexpr int64_t kBlock = 256;
+
+// sums[b] = the sum of e over columns [b * kBlock, (b + 1) * kBlock) in double: 8 lanes
+// of converted floats, added in a fixed order at the end.
+AREAL_VECTOR_CLONES void block_sums(const float* __restrict e, int64_t columns, double* __restrict sums) {
+  typedef float Floats __attribute__((vector_size(32)));
+  typedef double Doubles __attribute__((vector_size(64)));
+  for (int64_t begin = 0, b = 0; begin < columns; begin += kBlock, ++b) {
+    const int64_t end = std::min(columns, begin + kBlock);
+    Doubles lane = {};
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      Floats f;
+      __builtin_memcpy(&f, e + i, sizeof f);
+      lane += __builtin_convertvector(f, Doubles);
     }
+    double sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    for (; i < end; ++i) sum += e[i];
+    sums[b] = sum;
+  }
+}
+at::Tensor cumulative_offers(const at::Tensor& scores, const at::Tensor& e, int64_t first,
+                             const std::vector<uint64_t>& keys, Communicator* group, at::Tensor& z) {
+  const int64_t rows = scores.size(0), columns = scores.size(1);
+  const int64_t blocks = (columns + kBlock - 1) / kBlock;
+  at::Tensor sums = at::empty({rows, blocks}, at::kDouble);
+  const float* weight = e.data_ptr<float>();
+  double* block = sums.data_ptr<double>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) block_sums(weight + r * columns, columns, block + r * blocks);
   });
+  const at::Tensor totals = gather_columns(sums.sum(1, /*keepdim=*/true), group).contiguous();  // [rows, t]
+  const int64_t t = totals.size(1), me = group ? group->rank() : 0;
+  z = totals.sum(1, /*keepdim=*/true);
+  at::Tensor offers = at::empty({rows, 3}, at::kDouble);
+  const float* score = scores.data_ptr<float>();
+  const double* total = totals.data_ptr<double>();
+  double* offer = offers.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* rank_total = total + r * t;
+    double sum = 0;
+    for (int64_t j = 0; j < t; ++j) sum += rank_total[j];
+    const double target = uniform(keys[r]) * sum;
+    // The owner: the rank whose range holds the target; past the end (rounding) the last
+    // rank with any weight.
+    int64_t owner = -1;
+    double below = 0, owner_below = 0;
+    for (int64_t j = 0; j < t; ++j) {
+      if (rank_total[j] > 0 && (owner < 0 || below <= target)) {
+        owner = j;
+        owner_below = below;
+      }
+      below += rank_total[j];
+    }
+    offer[3 * r] = -INFINITY;
+    offer[3 * r + 1] = static_cast<double>(first);
+    offer[3 * r + 2] = -INFINITY;
+    if (owner != me) continue;
+    const double* row_blocks = block + r * blocks;
+    const float* row_e = weight + r * columns;
+    double running = owner_below;
+    int64_t b = 0, last = -1;
+    for (; b + 1 < blocks && running + row_blocks[b] <= target; ++b) running += row_blocks[b];
+    int64_t i = b * kBlock;
+    const int64_t end = std::min(columns, i + kBlock);
+    for (; i < end; ++i) {
+      if (row_e[i] == 0) continue;
+      last = i;
+      running += row_e[i];
+      if (running > target) break;
+    }
+    if (i == end) {  // rounding left the target past the sums: the last token with weight
+      for (int64_t k = columns - 1; last < 0 && k >= 0; --k)
+        if (row_e[k] > 0) last = k;
+      i = last;
+    }
+    offer[3 * r] = 1;
+    offer[3 * r + 1] = static_cast<double>(first + i);
+    offer[3 * r + 2] = score[r * columns + i];
+  }
   return offers;
 }
 
@@ -217,10 +258,9 @@ NextTokens sample_rows(const VocabSlice& slice, const SamplingParams& p, std::ve
     for (int64_t r = 0; r < rows; ++r) keys.push_back(step_key(generators.at(static_cast<size_t>(r))));
   const bool filtered = (p.top_k > 0 && p.top_k < slice.vocab_size) || p.top_p < 1.0;
   if (!p.greedy && !filtered) {  // plain sampling: one exp of the scores for the normalizer and the draw
-    const at::Tensor e = (scores - top).exp_();
-    at::Tensor z = e.sum(1, /*keepdim=*/true).to(at::kDouble);
-    all_reduce(z, ReduceOp::Sum, group);
-    return draw(plain_offers(scores, e, top, slice.first, keys), top.to(at::kDouble) + z.log(), group);
+    at::Tensor z;
+    const at::Tensor offers = cumulative_offers(scores, (scores - top).exp_(), slice.first, keys, group, z);
+    return draw(offers, top.to(at::kDouble) + z.log(), group);
   }
   auto normalizer = [&](const at::Tensor& s) {  // sum of exp(s - top) over the whole vocabulary, [rows, 1]
     at::Tensor z = (s - top).exp().to(at::kDouble).sum(1, /*keepdim=*/true);
@@ -261,7 +301,10 @@ NextTokens sample_rows(const VocabSlice& slice, const SamplingParams& p, std::ve
   // The draw over the kept tokens (a kept token's score is its base score); greedy: each
   // rank's best with its id. The group's best wins, the lowest id on a tie (as argmax
   // over the whole vocabulary).
-  if (!p.greedy) return draw(plain_offers(scores, (scores - top).exp_(), top, slice.first, keys), log_z, group);
+  if (!p.greedy) {
+    at::Tensor kept_z;  // of the kept tokens: the draw's, not the log-prob's
+    return draw(cumulative_offers(scores, (scores - top).exp_(), slice.first, keys, group, kept_z), log_z, group);
+  }
   auto [best, column] = scores.max(1, /*keepdim=*/true);
   const at::Tensor offer = at::cat({best.to(at::kDouble), (column + slice.first).to(at::kDouble),
                                     base.gather(1, column).to(at::kDouble)},

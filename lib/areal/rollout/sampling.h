@@ -2,18 +2,18 @@
 //
 // In a tensor-parallel group each rank holds the logits of its own vocabulary columns.
 // The group agrees on each row's token and log-prob by exchanging a few numbers per row
-// (the maxima, the normalizer, each rank's best candidate; for top-k each rank's k
+// (the maxima, each rank's sum of its columns' weights, the chosen token; for top-k each rank's k
 // best, for top-p each rank's likeliest tokens up to top_p), never the whole
 // vocabulary. At t = 1 the same code runs without a group.
 //
-// Sampling is Gumbel-max: the token is the argmax over the kept tokens of
-// logit / temperature + g, with g a Gumbel noise drawn for each (row, step, token id)
-// from a hash of a key the row's generator gives at each step. That is a draw from
-// softmax(logit / temperature) over the kept tokens, and it depends on the row's seed
-// only: not on t, on the rank that holds a token or on the rows decoded beside it.
-// Without top-k/top-p (RL's usual setting) nothing is sorted and no noise tensor is
-// made: one pass per row keeps the best draw, and only the few tokens that can still
-// win (about log(vocabulary) per row) need the noise's logarithms (sampling.cpp).
+// Sampling inverts each row's cumulative distribution: the token is the first whose
+// running sum of exp(logit / temperature - max) over the kept tokens passes u x Z (Z:
+// their sum), with u one uniform number the row's generator gives at each step. That is
+// a draw from softmax(logit / temperature) over the kept tokens, and it depends on the
+// row's seed only: not on the rank that holds a token or on the rows decoded beside it,
+// and on t only through rounding (the order of the running sum's double-precision
+// additions, about 1e-16 of Z, and the last bit of a few weights' exp). Nothing is sorted without top-k/top-p (RL's usual setting): one
+// exp of the logits, their sums by blocks, and a search of one block per row.
 #pragma once
 
 #include <ATen/core/Generator.h>
