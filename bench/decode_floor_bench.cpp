@@ -11,7 +11,9 @@
 // rows' positions, and sampling (temperature 1, no top-k/top-p). The cache holds
 // CONTEXT tokens of random keys and values per row before the timed steps. The floor
 // runs each layer's projections (q, k, v, o, gate, up, down with their biases) and the
-// head as at::linear on [ROWS, in] inputs, in the step's order.
+// head as at::linear on [ROWS, in] inputs, in the step's order. The packed floor runs the
+// same products on the weights packed as generation holds them on the CPU
+// (model/packed_weights.h): the floor of a step that packs them.
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
@@ -26,6 +28,7 @@
 
 #include "areal/model/functional.h"
 #include "areal/model/hf_weights.h"
+#include "areal/model/packed_weights.h"
 #include "areal/model/rotary.h"
 #include "areal/rollout/generation.h"
 #include "areal/rollout/paged_kv_cache.h"
@@ -91,7 +94,7 @@ std::vector<Projection> step_projections(const RolloutModel& model) {
 }
 
 struct Figures {
-  double step_seconds = 0, forward_seconds = 0, floor_seconds = 0;
+  double step_seconds = 0, forward_seconds = 0, floor_seconds = 0, packed_floor_seconds = 0;
   std::map<std::string, double> ops;  // per step
 };
 
@@ -153,13 +156,22 @@ Figures measure(RolloutModel& model, int64_t rows, int64_t context, int64_t step
   auto floor = [&] {
     for (const Projection& p : projections) at::linear(inputs.at(p.weight.size(1)), p.weight, p.bias);
   };
-  floor();  // warm-up
-  const auto start = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) floor();
-  f.floor_seconds = seconds_since(start);
+  std::vector<Projection> packed = projections;
+  for (Projection& p : packed)
+    if (can_pack_weight(p.weight)) p.weight = pack_weight(p.weight);
+  auto packed_floor = [&] {
+    for (const Projection& p : packed) linear_product(inputs.at(p.weight.size(1)), p.weight, p.bias);
+  };
+  auto time = [&](auto&& products) {
+    products();  // warm-up
+    const auto start = Clock::now();
+    for (int64_t s = 0; s < steps; ++s) products();
+    return seconds_since(start) / steps;
+  };
+  f.floor_seconds = time(floor);
+  f.packed_floor_seconds = time(packed_floor);
   f.step_seconds /= steps;
   f.forward_seconds /= steps;
-  f.floor_seconds /= steps;
   return f;
 }
 
@@ -179,8 +191,8 @@ int main(int argc, char** argv) {
   at::addGlobalCallback(at::RecordFunctionCallback(enter_op, exit_op).scopes({at::RecordScope::FUNCTION,
                                                                               at::RecordScope::USER_SCOPE}));
   nlohmann::json rows_out = nlohmann::json::array();
-  std::printf("%6s %8s %10s %10s %10s %8s  top operations (ms per step)\n", "rows", "context", "step ms", "forward ms",
-              "floor ms", "floor/step");
+  std::printf("%6s %8s %10s %10s %10s %8s %10s %8s  top operations (ms per step)\n", "rows", "context", "step ms",
+              "forward ms", "floor ms", "floor/step", "packed ms", "packed/step");
   for (int64_t rows : all_rows)
     for (int64_t context : contexts) {
       const Figures f = measure(model, rows, context, steps);
@@ -193,12 +205,15 @@ int main(int argc, char** argv) {
         ops[ranked[i].second] = ranked[i].first;
         if (i < 5) top += ranked[i].second + " " + std::to_string(ranked[i].first * 1e3).substr(0, 5) + "  ";
       }
-      std::printf("%6lld %8lld %10.2f %10.2f %10.2f %8.2f  %s\n", static_cast<long long>(rows),
+      std::printf("%6lld %8lld %10.2f %10.2f %10.2f %8.2f %10.2f %8.2f  %s\n", static_cast<long long>(rows),
                   static_cast<long long>(context), f.step_seconds * 1e3, f.forward_seconds * 1e3,
-                  f.floor_seconds * 1e3, f.floor_seconds / f.step_seconds, top.c_str());
+                  f.floor_seconds * 1e3, f.floor_seconds / f.step_seconds, f.packed_floor_seconds * 1e3,
+                  f.packed_floor_seconds / f.step_seconds, top.c_str());
       rows_out.push_back({{"rows", rows}, {"context", context}, {"step_seconds", f.step_seconds},
                           {"forward_seconds", f.forward_seconds}, {"floor_seconds", f.floor_seconds},
                           {"floor_share", f.floor_seconds / f.step_seconds},
+                          {"packed_floor_seconds", f.packed_floor_seconds},
+                          {"packed_floor_share", f.packed_floor_seconds / f.step_seconds},
                           {"tokens_per_second", rows / f.step_seconds}, {"ops_seconds_per_step", ops}});
     }
   std::ofstream(argv[2]) << nlohmann::json{{"model", argv[1]}, {"steps", steps}, {"rows", rows_out}}.dump(1) << "\n";

@@ -98,17 +98,20 @@ for r in tp:
                  f"{r['cache_bytes_per_rank'] / 2**20:.1f} MiB | {r['slicing_seconds']:.2f} s |")
 lines += ["", "One decode step (embedding, layers over the paged KV cache, head, sampling) against its floor: the "
           "same step's matrix products alone (every projection and the head as at::linear on the step's shapes), "
-          "milliseconds per step; attention, sampling and the step's own products from its profile.", "",
-          "| rows | context | step ms | floor ms | floor / step | products in the step | attention | sampling | rest |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "and its packed floor: the same products on the weights packed as generation holds them on the CPU "
+          "(model/packed_weights.h); milliseconds per step; attention, sampling and the step's own products from "
+          "its profile.", "",
+          "| rows | context | step ms | floor ms | floor / step | packed floor ms | packed floor / step | "
+          "products in the step | attention | sampling | rest |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in floor:
     ops = r["ops_seconds_per_step"]
-    linear, attention = ops.get("aten::linear", 0), ops.get("areal::paged_decode_attention", 0)
-    sampling = ops.get("areal::sample_next", 0)
+    linear = ops.get("aten::linear", 0) + ops.get("mkldnn::_linear_pointwise", 0)
+    attention, sampling = ops.get("areal::paged_decode_attention", 0), ops.get("areal::sample_next", 0)
     rest = r["step_seconds"] - linear - attention - sampling
     lines.append(f"| {r['rows']} | {r['context']} | {r['step_seconds'] * 1e3:.1f} | {r['floor_seconds'] * 1e3:.1f} | "
-                 f"{r['floor_share']:.2f} | {linear * 1e3:.1f} | {attention * 1e3:.1f} | {sampling * 1e3:.1f} | "
-                 f"{rest * 1e3:.1f} |")
+                 f"{r['floor_share']:.2f} | {r['packed_floor_seconds'] * 1e3:.1f} | {r['packed_floor_share']:.2f} | "
+                 f"{linear * 1e3:.1f} | {attention * 1e3:.1f} | {sampling * 1e3:.1f} | {rest * 1e3:.1f} |")
 open(os.path.join(results, f"generation{suffix}.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
