@@ -10,12 +10,20 @@
 # Writes bench/results/vs_trl.json and vs_trl.md.
 #   bench/run_vs_trl.sh
 #   PROMPTS=4 GROUP=4 NEW=32 STEPS=3 bench/run_vs_trl.sh   # smaller
+#   SMOKE=1 bench/run_vs_trl.sh   # the tiny test model, 2 prompts x 2 answers of 8 tokens
+#   DTYPE=bfloat16 bench/run_vs_trl.sh   # both sides in bfloat16: vs_trl_bfloat16.*
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+DTYPE="${DTYPE:-float32}"
 "$PY" -c "import trl, datasets" 2>/dev/null || "$PY" -m pip install -q "trl==1.16.0" datasets
-PROMPTS="${PROMPTS:-8}"; GROUP="${GROUP:-4}"; NEW="${NEW:-64}"; STEPS="${STEPS:-4}"; LR=1e-6
-model="$models/qwen2_74m_qwen2tok_float32"
-"$PY" bench/make_bench_model.py "$model" float32 74m tests/fixtures/tokenizers/qwen2
+if [ -n "${SMOKE:-}" ]; then
+  PROMPTS="${PROMPTS:-2}"; GROUP="${GROUP:-2}"; NEW="${NEW:-8}"; STEPS="${STEPS:-2}"; LR=1e-6
+  model=tests/fixtures/models/tiny_chat; suffix=_smoke
+else
+  PROMPTS="${PROMPTS:-8}"; GROUP="${GROUP:-4}"; NEW="${NEW:-64}"; STEPS="${STEPS:-4}"; LR=1e-6
+  model="$models/qwen2_74m_qwen2tok_float32"; suffix=$([ "$DTYPE" = float32 ] || echo "_$DTYPE")
+  "$PY" bench/make_bench_model.py "$model" float32 74m tests/fixtures/tokenizers/qwen2
+fi
 "$PY" - "$work/prompts.jsonl" "$((PROMPTS * STEPS))" <<'PY'
 import json, random, sys
 random.seed(0)
@@ -30,18 +38,18 @@ echo "== areal-train --job rl: $PROMPTS prompts x $GROUP answers of up to $NEW t
 "$AREAL_BIN" --job rl --model_path "$model" --chat_template none --train_dataset.path "$work/prompts.jsonl" \
   --train_dataset.batch_size "$PROMPTS" --train_dataset.shuffle false --gconfig.n_samples "$GROUP" \
   --gconfig.max_new_tokens "$NEW" --gconfig.temperature 1 --actor.group_size "$GROUP" --actor.ppo_n_minibatches 1 \
-  --actor.kl_ctl 0 --actor.dtype float32 --actor.reward_norm.mean_level group --actor.reward_norm.std_level group --actor.reward_norm.group_size "$GROUP" \
+  --actor.kl_ctl 0 --actor.dtype "$DTYPE" --actor.reward_norm.mean_level group --actor.reward_norm.std_level group --actor.reward_norm.group_size "$GROUP" \
   --actor.adv_norm.mean_level none --actor.adv_norm.std_level none --optimizer.lr "$LR" \
   --optimizer.lr_scheduler_type constant --optimizer.warmup_steps_proportion 0 --total_train_steps "$STEPS" \
   --reward_fn "$reward" --cluster.fileroot "$work/runs" --experiment_name trl --trial_name areal 2>&1 \
   | grep -E "^.*(step [0-9]+/|error|rl:)" || true
 echo "== TRL GRPOTrainer: the same"
 "$PY" bench/reference/trl_grpo.py "$model" "$work/prompts.jsonl" "$PROMPTS" "$GROUP" "$NEW" "$STEPS" "$LR" \
-  "$work/trl.json" 2>&1 | grep -E "trl step|Error" || true
-"$PY" - "$work" "$results" "$PROMPTS" "$GROUP" "$NEW" <<'PY'
+  "$work/trl.json" "$DTYPE" 2>&1 | grep -E "trl step|Error" || true
+"$PY" - "$work" "$results" "$PROMPTS" "$GROUP" "$NEW" "$suffix" "$DTYPE" <<'PY'
 import datetime, json, os, platform, sys
 import torch
-work, results, prompts, group, new = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+work, results, prompts, group, new, suffix, dtype = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:8]
 areal = [json.loads(l) for l in open(f"{work}/runs/trl/areal/stats.jsonl")]
 areal = [r for r in areal if "step_seconds" in r]
 trl = json.load(open(f"{work}/trl.json"))["steps"]
@@ -51,14 +59,14 @@ mean = lambda xs: sum(xs) / len(xs)
 a_step, a_gen = mean([r["step_seconds"] for r in areal[1:]]), mean([r["rollout_seconds"] for r in areal[1:]])
 t_step, t_gen = mean([s["seconds"] for s in trl[1:]]), mean([s["generation_seconds"] for s in trl[1:]])
 meta = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(), "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(), "prompts_per_step": prompts, "group": group,
+        "machine": platform.processor() or platform.machine(), "dtype": dtype, "prompts_per_step": prompts, "group": group,
         "new_tokens": new, "steps_timed": min(len(areal), len(trl)) - 1}
 rows = {"areal_step_seconds": a_step, "areal_rollout_seconds": a_gen, "areal_rest_seconds": a_step - a_gen,
         "trl_step_seconds": t_step, "trl_generation_seconds": t_gen, "trl_rest_seconds": t_step - t_gen,
         "step_ratio": a_step / t_step, "areal_answer_tokens_mean": mean([r["response_length_mean"] for r in areal[1:]])}
 json.dump({"meta": meta, "figures": rows, "areal_steps": areal, "trl_steps": trl},
-          open(os.path.join(results, "vs_trl.json"), "w"), indent=1)
-lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, float32; "
+          open(os.path.join(results, f"vs_trl{suffix}.json"), "w"), indent=1)
+lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, {dtype}; "
          f"{prompts} prompts x {group} answers of up to {new} tokens per step, mean of {meta['steps_timed']} steps "
          "after the first.", "",
          "| | areal-train | TRL GRPOTrainer | ratio |", "|---|---|---|---|",
@@ -66,6 +74,6 @@ lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}),
          f"| rollout (areal-train: weights to the rollout, generation, rewards; TRL: generate()) | {a_gen:.2f} s | {t_gen:.2f} s | {a_gen / t_gen:.2f} |",
          f"| the rest (rewards, advantages, forward, backward, optimizer) | {a_step - a_gen:.2f} s | "
          f"{t_step - t_gen:.2f} s | {(a_step - a_gen) / (t_step - t_gen):.2f} |"]
-open(os.path.join(results, "vs_trl.md"), "w").write("\n".join(lines) + "\n")
+open(os.path.join(results, f"vs_trl{suffix}.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

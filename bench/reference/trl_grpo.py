@@ -1,7 +1,8 @@
 """TRL's GRPOTrainer on the benchmark's model, prompts and reward: the reference half of
-bench/run_vs_trl.sh. One process on the CPU, float32, the torch threads it is given.
+bench/run_vs_trl.sh. One process on the CPU, the torch threads it is given; float32, or
+with DTYPE bfloat16 the model loaded in bfloat16 and the trainer's bf16 on.
 
-    trl_grpo.py MODEL_DIR PROMPTS.jsonl PROMPTS_PER_STEP GROUP NEW_TOKENS STEPS LR OUT.json
+    trl_grpo.py MODEL_DIR PROMPTS.jsonl PROMPTS_PER_STEP GROUP NEW_TOKENS STEPS LR OUT.json [DTYPE]
 
 PROMPTS.jsonl: {"prompt": text} rows, taken in order. Each step: PROMPTS_PER_STEP prompts x
 GROUP sampled answers (temperature 1, no top-k/top-p, up to NEW_TOKENS tokens, the
@@ -40,12 +41,12 @@ class StepClock(TrainerCallback):
         self.steps.append({"seconds": time.perf_counter() - self.start, "generation_seconds": self.generation_seconds[0]})
 
 
-def main(model_dir, prompts_path, per_step, group, new_tokens, steps, lr, out_path):
+def main(model_dir, prompts_path, per_step, group, new_tokens, steps, lr, out_path, dtype="float32"):
     per_step, group, new_tokens, steps, lr = int(per_step), int(group), int(new_tokens), int(steps), float(lr)
     rows = [json.loads(line) for line in open(prompts_path)]
     dataset = Dataset.from_list([{"prompt": r["prompt"]} for r in rows[: per_step * steps]])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
     generation_seconds = [0.0]
     generate = model.generate
 
@@ -57,7 +58,7 @@ def main(model_dir, prompts_path, per_step, group, new_tokens, steps, lr, out_pa
 
     model.generate = timed_generate
     config = GRPOConfig(
-        output_dir=os.path.join(os.path.dirname(out_path), "trl_run"), use_cpu=True, bf16=False,
+        output_dir=os.path.join(os.path.dirname(out_path), "trl_run"), use_cpu=True, bf16=dtype == "bfloat16",
         per_device_train_batch_size=per_step * group, num_generations=group, max_completion_length=new_tokens,
         temperature=1.0, top_k=0, top_p=1.0, beta=0.0, learning_rate=lr, lr_scheduler_type="constant",
         warmup_steps=0, max_steps=steps, num_iterations=1, gradient_checkpointing=False, logging_steps=1,
@@ -73,4 +74,4 @@ def main(model_dir, prompts_path, per_step, group, new_tokens, steps, lr, out_pa
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:9])
+    main(*sys.argv[1:10])
