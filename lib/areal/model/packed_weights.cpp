@@ -39,8 +39,6 @@ at::Tensor pack_weight(const at::Tensor& weight) { return reorder(weight.contigu
 
 at::Tensor unpacked_weight(const at::Tensor& weight) { return weight.is_mkldnn() ? weight.to_dense() : weight; }
 
-bool is_packed_weight(const at::Tensor& weight) { return weight.defined() && weight.is_mkldnn(); }
-
 at::Tensor linear_product(const at::Tensor& in, const at::Tensor& weight, const at::Tensor& bias) {
   if (!weight.is_mkldnn()) return at::linear(in, weight, bias);
   return packed_product(in.contiguous(), weight, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt);

@@ -144,7 +144,7 @@ void write_tokens(at::Tensor& pool, const at::Tensor& slots, const at::Tensor& t
     return;
   }
   const at::Tensor source = tokens.contiguous(), where = slots.contiguous();
-  const int64_t n = source.size(0), capacity = rows.size(0), bytes = source.numel() / std::max<int64_t>(n, 1) * source.element_size();
+  const int64_t n = source.size(0), capacity = rows.size(0), bytes = source.stride(0) * source.element_size();
   const int64_t* slot = where.data_ptr<int64_t>();
   const char* from = static_cast<const char*>(source.data_ptr());
   char* to = static_cast<char*>(rows.data_ptr());

@@ -55,15 +55,6 @@ void all_reduce(at::Tensor& t, ReduceOp op, Communicator* group) {
   if (group && group->world_size() > 1) group->all_reduce(t, op);
 }
 
-// The draw by inverting each row's cumulative distribution: with e_i = exp(s_i - top)
-// (0 for a masked token) and Z their sum over the whole vocabulary, the token is the
-// first whose running sum of e passes T = u * Z, u the row's uniform. The sums are in
-// double, kept by blocks of kBlock columns so that the search reads one block of e.
-// In a group each rank's total is gathered and the rank whose range [P, P + L) of the
-// running sum holds T (P: the lower ranks' totals) searches its columns from P: the
-// same running sums as at t = 1 but for the order of the double additions (about
-// 1e-16 of Z), so the token does not depend on t. Returns [rows, 3] offers for draw()
-// (the owner's value 1, the others' -inf) and fills z with the rows' Z, [rows, 1].
 constexpr int64_t kBlock = 256;
 
 // sums[b] = the sum of e over columns [b * kBlock, (b + 1) * kBlock) in double: 8 lanes
@@ -85,27 +76,41 @@ AREAL_VECTOR_CLONES void block_sums(const float* __restrict e, int64_t columns, 
     sums[b] = sum;
   }
 }
+
+// The draw by inverting each row's cumulative distribution: with e_i = exp(s_i - top)
+// (0 for a masked token) and Z their sum over the whole vocabulary, the token is the
+// first whose running sum of e passes T = u * Z, u the row's uniform. The sums are in
+// double, kept by blocks of kBlock columns so that the search reads one block of e.
+// In a group each rank's total is gathered and the rank whose range [P, P + L) of the
+// running sum holds T (P: the lower ranks' totals) searches its columns from P: the
+// same running sums as at t = 1 but for the order of the double additions (about
+// 1e-16 of Z), so the token does not depend on t. Returns [rows, 3] offers for draw()
+// (the owner's value 1, the others' -inf) and fills z with the rows' Z, [rows, 1].
 at::Tensor cumulative_offers(const at::Tensor& scores, const at::Tensor& e, int64_t first,
                              const std::vector<uint64_t>& keys, Communicator* group, at::Tensor& z) {
   const int64_t rows = scores.size(0), columns = scores.size(1);
   const int64_t blocks = (columns + kBlock - 1) / kBlock;
   at::Tensor sums = at::empty({rows, blocks}, at::kDouble);
-  const float* weight = e.data_ptr<float>();
+  const at::Tensor weights = e.contiguous();
+  const float* weight = weights.data_ptr<float>();
   double* block = sums.data_ptr<double>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) block_sums(weight + r * columns, columns, block + r * blocks);
   });
   const at::Tensor totals = gather_columns(sums.sum(1, /*keepdim=*/true), group).contiguous();  // [rows, t]
   const int64_t t = totals.size(1), me = group ? group->rank() : 0;
-  z = totals.sum(1, /*keepdim=*/true);
+  z = at::empty({rows, 1}, at::kDouble);
   at::Tensor offers = at::empty({rows, 3}, at::kDouble);
-  const float* score = scores.data_ptr<float>();
+  const at::Tensor s = scores.contiguous();
+  const float* score = s.data_ptr<float>();
   const double* total = totals.data_ptr<double>();
+  double* row_z = z.data_ptr<double>();
   double* offer = offers.data_ptr<double>();
   for (int64_t r = 0; r < rows; ++r) {
     const double* rank_total = total + r * t;
     double sum = 0;
     for (int64_t j = 0; j < t; ++j) sum += rank_total[j];
+    row_z[r] = sum;
     const double target = uniform(keys[r]) * sum;
     // The owner: the rank whose range holds the target; past the end (rounding) the last
     // rank with any weight.
