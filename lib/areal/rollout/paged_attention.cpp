@@ -102,6 +102,89 @@ AREAL_VECTOR_CLONES void block_accumulate(const float* __restrict probs, int64_t
   }
 }
 
+// s[0 .. n) replaced by its softmax. 16 scores at a time: the maximum in lanes; e^x
+// (x = s - max <= 0) as 2^k e^r with x = k ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes'
+// degree-5 polynomial (within 2 ulp of std::exp), 2^k through the exponent bits, x
+// clamped at -87 (e^-87 ~ 1.6e-38: a weight that no longer counts); the last n % 16
+// scores in a lane padded with -87.
+AREAL_VECTOR_CLONES void softmax_row(float* __restrict s, int64_t n) {
+  typedef int32_t Ints __attribute__((vector_size(64)));
+  constexpr float kLowest = -87.0f;
+  const int64_t whole = n / kLanes * kLanes;  // the scores in whole lanes; the rest padded in `tail`
+  float most = s[0];
+  if (whole > 0) {
+    Lanes top;
+    __builtin_memcpy(&top, s, sizeof top);
+    for (int64_t at = kLanes; at < whole; at += kLanes) {
+      Lanes v;
+      __builtin_memcpy(&v, s + at, sizeof v);
+      top = v > top ? v : top;
+    }
+    for (int64_t k = 0; k < kLanes; ++k) most = std::max(most, top[k]);
+  }
+  for (int64_t at = whole; at < n; ++at) most = std::max(most, s[at]);
+  Lanes tail;
+  for (int64_t k = 0; k < kLanes; ++k) tail[k] = whole + k < n ? s[whole + k] : most + kLowest;
+  Lanes total = {};
+  for (int64_t at = 0; at <= whole && at < n; at += kLanes) {
+    Lanes x;
+    if (at < whole) __builtin_memcpy(&x, s + at, sizeof x);
+    else x = tail;
+    x -= most;
+    x = x < kLowest ? kLowest : x;
+    const Lanes scaled = x * 1.44269504088896341f + 0.5f;  // k = floor(x / ln 2 + 1/2)
+    Ints k = __builtin_convertvector(scaled, Ints);
+    k += __builtin_convertvector(k, Lanes) > scaled;  // truncation rounded up below zero: minus 1
+    const Lanes kf = __builtin_convertvector(k, Lanes);
+    const Lanes r = x - kf * 0.693359375f - kf * -2.12194440e-4f;
+    Lanes poly = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    const Ints bits = (k + 127) << 23;
+    Lanes two_k;
+    __builtin_memcpy(&two_k, &bits, sizeof two_k);
+    Lanes e = (poly * r * r + r + 1.0f) * two_k;
+    if (at < whole) {
+      __builtin_memcpy(s + at, &e, sizeof e);
+    } else {
+      for (int64_t j = 0; j < kLanes; ++j) {
+        if (at + j < n) s[at + j] = e[j];
+        else e[j] = 0;  // padding adds nothing
+      }
+    }
+    total += e;
+  }
+  float sum = 0;
+  for (int64_t k = 0; k < kLanes; ++k) sum += total[k];
+  const float normalizer = 1.0f / sum;
+  for (int64_t at = 0; at < n; ++at) s[at] *= normalizer;
+}
+
+// `n` rows of `dim` bfloat16 values (row stride `stride`) as float32 rows in `to`: a
+// bfloat16's 16 bits are a float's upper half (exact), 16 values at a time.
+AREAL_VECTOR_CLONES void widen_bfloat16(const uint16_t* __restrict from, int64_t n, int64_t stride, int64_t dim,
+                                        float* __restrict to) {
+  typedef uint16_t Halves __attribute__((vector_size(32)));
+  typedef uint32_t Words __attribute__((vector_size(64)));
+  for (int64_t l = 0; l < n; ++l) {
+    const uint16_t* row = from + l * stride;
+    float* out = to + l * dim;
+    int64_t d = 0;
+    for (; d + kLanes <= dim; d += kLanes) {
+      Halves half;
+      __builtin_memcpy(&half, row + d, sizeof half);
+      const Words word = __builtin_convertvector(half, Words) << 16;
+      __builtin_memcpy(out + d, &word, sizeof word);
+    }
+    for (; d < dim; ++d) {
+      const uint32_t word = static_cast<uint32_t>(row[d]) << 16;
+      __builtin_memcpy(out + d, &word, sizeof word);
+    }
+  }
+}
+
 // The `n` tokens of one block for key/value head j as float32 rows of `dim`: float32
 // pools read in place (row stride kv_heads * dim), others converted into `buffer`
 // (stride dim). Returns the rows and their stride.
@@ -110,6 +193,10 @@ std::pair<const float*, int64_t> block_rows(const T* first, int64_t n, int64_t p
                                             std::vector<float>& buffer) {
   if constexpr (std::is_same_v<T, float>) {
     return {first, pool_stride};
+  } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    static_assert(sizeof(c10::BFloat16) == sizeof(uint16_t));
+    widen_bfloat16(reinterpret_cast<const uint16_t*>(first), n, pool_stride, dim, buffer.data());
+    return {buffer.data(), dim};
   } else {
     for (int64_t l = 0; l < n; ++l)
       for (int64_t d = 0; d < dim; ++d) buffer[l * dim + d] = static_cast<float>(first[l * pool_stride + d]);
@@ -173,15 +260,7 @@ void decode_from_blocks(const at::Tensor& q, const at::Tensor& key_pool, const a
       });
       if (softcap > 0)
         for (float& s : scores) s = std::tanh(s / softcap) * softcap;
-      for (int64_t h = 0; h < item_heads; ++h) {  // softmax, normalized at the end
-        float* s = scores.data() + h * length;
-        float top = s[0];
-        for (int64_t l = 1; l < length; ++l) top = std::max(top, s[l]);
-        float total = 0;
-        for (int64_t l = 0; l < length; ++l) total += (s[l] = std::exp(s[l] - top));
-        const float normalizer = 1.0f / total;
-        for (int64_t l = 0; l < length; ++l) s[l] *= normalizer;
-      }
+      for (int64_t h = 0; h < item_heads; ++h) softmax_row(scores.data() + h * length, length);
       std::fill(sum.begin(), sum.end(), 0.0f);
       for_blocks(values, [&](int64_t at, int64_t slot, int64_t n) {
         for (int64_t j = 0; j < span; ++j) {
