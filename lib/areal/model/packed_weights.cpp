@@ -30,9 +30,12 @@ at::Tensor packed_product(const at::Tensor& in, const at::Tensor& weight, const 
 
 }  // namespace
 
+bool packs_weights(const at::Device& device, at::ScalarType dtype) {
+  return at::hasMKLDNN() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16);
+}
+
 bool can_pack_weight(const at::Tensor& weight) {
-  return at::hasMKLDNN() && weight.device().is_cpu() && weight.dim() == 2 && !weight.is_mkldnn() &&
-         (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
+  return weight.dim() == 2 && !weight.is_mkldnn() && packs_weights(weight.device(), weight.scalar_type());
 }
 
 at::Tensor pack_weight(const at::Tensor& weight) { return reorder(weight.contiguous()); }

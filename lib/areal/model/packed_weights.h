@@ -12,8 +12,10 @@
 
 namespace areal {
 
-// Whether `weight` [out, in] can be packed here: a CPU tensor of float32 or bfloat16
-// and a build of torch with oneDNN.
+// Whether weights of `dtype` on `device` are packed: the CPU, float32 or bfloat16, and a
+// build of torch with oneDNN (the rollout's memory check asks before any weight exists).
+bool packs_weights(const at::Device& device, at::ScalarType dtype);
+// Whether `weight` [out, in] can be packed: a plain 2-D tensor that packs_weights allows.
 bool can_pack_weight(const at::Tensor& weight);
 // The packed form of `weight` (an opaque oneDNN tensor; unpacked_weight() restores it
 // bit for bit).

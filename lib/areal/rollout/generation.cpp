@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "areal/model/packed_weights.h"
 #include "areal/model/rotary.h"
 #include "areal/rollout/paged_kv_cache.h"
 #include "areal/util/memory.h"
@@ -57,7 +58,7 @@ int64_t free_memory_bytes(const at::Device& device) {
 void check_rollout_memory(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
                           int64_t max_new_tokens, int64_t tensor_parallel, const at::Device& device) {
   const int64_t need = rollout_memory_bytes(config, parameters, dtype, rows, max_prompt, max_new_tokens, tensor_parallel,
-                                            device.is_cpu());
+                                            packs_weights(device, dtype));
   const int64_t free = free_memory_bytes(device);
   if (free > 0 && need > free)
     throw std::runtime_error(cat("the rollout needs ", format_bytes(need), " on ", device.str(), " (weights / ",

@@ -77,8 +77,8 @@ using WeightCheck = std::function<int64_t()>;
 
 // The parameters of the model's largest unit (a decoder layer, or embedding + norm).
 int64_t largest_unit_parameters(const ModelConfig& config);
-// Bytes the rollout needs per rank (formula above; `packed_weights`: on the CPU, where a
-// tied head is packed as a copy beside the embedding) and the bytes free on `device`
+// Bytes the rollout needs per rank (formula above; `packed_weights`: packs_weights() holds,
+// so a tied head is packed as a copy beside the embedding) and the bytes free on `device`
 // (host: MemAvailable; CUDA: the driver's free memory).
 int64_t rollout_memory_bytes(const ModelConfig& config, int64_t parameters, at::ScalarType dtype, int64_t rows, int64_t max_prompt,
                              int64_t max_new_tokens, int64_t tensor_parallel, bool packed_weights);
