@@ -16,6 +16,7 @@
 #include "areal/io/checkpoint.h"
 #include "areal/util/strings.h"
 #include "areal/model/hf_weights.h"
+#include "areal/model/rms_norm.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
@@ -238,6 +239,45 @@ TEST_CASE("model: prefill then one token at a time gives the full forward's logi
     for (int64_t t = 5; t < ids.size(1); ++t) steps.push_back(model->forward(ids.narrow(1, t, 1), {}, &cache));
     CHECK(cache.length() == ids.size(1));
     CHECK(max_diff(at::cat(steps, 1), full) < 1e-5);
+  }
+}
+
+// transformers' eager RMSNorm (LlamaRMSNorm, and Gemma's with the 1 + w scale in float32).
+at::Tensor eager_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + eps);
+  if (gemma) return (normed * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
+  return w * normed.to(x.scalar_type());
+}
+
+TEST_CASE("model: the fused RMSNorm gives the eager ops' values and gradients", "[model][norm]") {
+  // 40 columns: two 16-lane blocks and a tail; 3,000 rows: several threads' weight sums.
+  at::manual_seed(7);
+  for (const bool gemma : {false, true}) {
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      INFO((gemma ? "gemma " : "llama ") << dtype);
+      const at::Tensor x0 = at::randn({3, 1000, 40}, at::kDouble) * 3, w0 = at::randn({40}, at::kDouble);
+      const at::Tensor dy = at::randn({3, 1000, 40}, at::kDouble);
+      auto run = [&](bool fused, at::ScalarType type) {
+        at::Tensor x = x0.to(type).requires_grad_(), w = w0.to(type).requires_grad_();
+        REQUIRE(fuses_rms_norm(x, w) == (type != at::kDouble));
+        at::Tensor y = fused ? fused_rms_norm(x, w, 1e-6, gemma) : eager_rms_norm(x, w, 1e-6, gemma);
+        y.backward(dy.to(type));
+        return std::vector<at::Tensor>{y.to(at::kDouble), x.grad().to(at::kDouble), w.grad().to(at::kDouble)};
+      };
+      const auto got = run(true, dtype), eager = run(false, dtype), exact = run(false, at::kDouble);
+      for (int i = 0; i < 3; ++i) {
+        INFO("output " << i);
+        const double scale = exact[i].abs().max().item<double>();
+        // float32: the exact values to float32 rounding; bfloat16: no further from the exact
+        // ones than the eager ops in bfloat16 are (plus one rounding step).
+        const double eager_error = (eager[i] - exact[i]).abs().max().item<double>() / scale;
+        const double bound = dtype == at::kFloat ? 2e-5 : eager_error + 1.0 / 128;
+        CHECK((got[i] - exact[i]).abs().max().item<double>() / scale < bound);
+        if (dtype == at::kBFloat16 && i == 0)  // the same roundings as the eager ops: nearly every value equal
+          CHECK((got[i] != eager[i]).to(at::kDouble).mean().item<double>() < 0.01);
+      }
+    }
   }
 }
 

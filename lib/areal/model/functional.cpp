@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "areal/model/packed_weights.h"
+#include "areal/model/rms_norm.h"
 #include "areal/model/rotary.h"
 #include "areal/model/transformer.h"
 
@@ -66,6 +67,7 @@ void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const Mode
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (fuses_rms_norm(x, weight)) return fused_rms_norm(x, weight, eps, /*gemma=*/false);
   // As transformers does: normalize in float32, scale in the input dtype.
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -74,6 +76,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 at::Tensor model_norm(const ModelConfig& c, const at::Tensor& x, const at::Tensor& weight) {
   if (!c.gemma) return rms_norm(x, weight, c.rms_norm_eps);
+  if (fuses_rms_norm(x, weight)) return fused_rms_norm(x, weight, c.rms_norm_eps, /*gemma=*/true);
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + c.rms_norm_eps);
   return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
@@ -86,6 +89,16 @@ at::Tensor scale_embeddings(const ModelConfig& c, const at::Tensor& embedded) {
 
 at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at::Tensor& ids) {
   return scale_embeddings(c, at::embedding(weight, ids));
+}
+
+// On the CPU torch's bfloat16 / float16 flash-attention backward costs 2-3x its float32 one on
+// short sequences (docs/benchmarks.md, "A GRPO step against TRL"; even at 192 keys, faster
+// beyond): a forward that will be back-propagated attends over fewer keys in float32, which
+// rounds no worse.
+static bool attends_in_float32(const at::Tensor& q, const at::Tensor& k) {
+  constexpr int64_t kFloatBelowKeys = 192;
+  return q.device().is_cpu() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
+         k.size(2) < kFloatBelowKeys && at::GradMode::is_enabled() && q.requires_grad();
 }
 
 at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -101,6 +114,10 @@ at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k
   const std::optional<double> scale = c.attention_scale > 0 ? std::optional<double>(c.attention_scale) : std::nullopt;
   if (c.attn_logit_softcapping <= 0) {
     const std::optional<at::Tensor> allowed = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+    if (attends_in_float32(q, k))
+      return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, 0.0,
+                                              causal, scale, gqa)
+          .to(q.scalar_type());
     return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, causal, scale, gqa);
   }
   // Soft-capped scores: SDPA cannot, so as transformers' eager attention.
@@ -307,14 +324,17 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
   // attention reads the shared heads in place (enable_gqa) instead of copies per query head.
   // Packed sequences: causal attention inside each sequence only.
+  // Split, not narrowed: the backward of a split concatenates the sequences' gradients once,
+  // where each narrow's would fill a zero tensor of the whole row.
   auto packed = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
+    std::vector<int64_t> lengths;
+    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) lengths.push_back(starts[i + 1] - starts[i]);
+    const std::vector<at::Tensor> qs = q.split_with_sizes(lengths, 2), ks = k.split_with_sizes(lengths, 2),
+                                  vs = v.split_with_sizes(lengths, 2);
     std::vector<at::Tensor> parts;
-    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) {
-      const int64_t begin = starts[i], n = starts[i + 1] - starts[i];
-      parts.push_back(attend(c, q.narrow(2, begin, n), k.narrow(2, begin, n), v.narrow(2, begin, n), {},
-                             /*causal=*/true, window));
-    }
+    for (size_t i = 0; i < lengths.size(); ++i)
+      parts.push_back(attend(c, qs[i], ks[i], vs[i], {}, /*causal=*/true, window));
     return at::cat(parts, 2);
   };
   at::Tensor attended;

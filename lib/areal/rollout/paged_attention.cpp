@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "areal/rollout/vector_clones.h"
+#include "areal/util/vector_clones.h"
 
 namespace areal {
 namespace {

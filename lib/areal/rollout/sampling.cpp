@@ -10,7 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "areal/rollout/vector_clones.h"
+#include "areal/util/vector_clones.h"
 
 namespace areal {
 

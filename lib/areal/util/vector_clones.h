@@ -1,4 +1,5 @@
-// Loops the compiler vectorizes for the CPU it runs on (the generation kernels).
+// Loops the compiler vectorizes for the CPU it runs on (the CPU kernels: generation's
+// attention and sampling, the fused RMSNorm).
 //
 // A function marked AREAL_VECTOR_CLONES is compiled for AVX-512, for AVX2 and for the
 // baseline, one chosen when the library loads (GCC's target_clones); its loops are
