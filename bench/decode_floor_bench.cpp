@@ -4,7 +4,7 @@
 // time of each top-level operation (ATen ops, the paged attention kernel, sampling),
 // from torch's RecordFunction hooks.
 //
-//   areal_decode_floor_bench MODEL_DIR OUT.json [ROWS,ROWS,...] [CONTEXTS,...] [STEPS]
+//   areal_decode_floor_bench MODEL_DIR OUT.json [ROWS,ROWS,...] [CONTEXTS,...] [STEPS] [DTYPE]
 //
 // A step is what generation runs for every new token: the embedding, each layer with
 // its attention over the paged KV cache (rollout/paged_attention.h), the head on the
@@ -15,7 +15,6 @@
 // same products on the weights packed as generation holds them on the CPU
 // (model/packed_weights.h): the floor of a step that packs them.
 #include <ATen/ATen.h>
-#include <ATen/record_function.h>
 
 #include <chrono>
 #include <cstdio>
@@ -33,6 +32,7 @@
 #include "areal/rollout/generation.h"
 #include "areal/rollout/paged_kv_cache.h"
 #include "areal/rollout/sampling.h"
+#include "op_profile.h"
 
 using namespace areal;
 
@@ -47,29 +47,6 @@ std::vector<int64_t> numbers(const std::string& list) {
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
   return out;
-}
-
-// Seconds per top-level operation name while `on` (nested operations count in their caller).
-struct OpProfile {
-  bool on = false;
-  std::map<std::string, double> seconds;
-};
-OpProfile g_profile;
-thread_local int t_depth = 0;
-
-struct OpStart : at::ObserverContext {
-  Clock::time_point start = Clock::now();
-};
-
-std::unique_ptr<at::ObserverContext> enter_op(const at::RecordFunction&) {
-  if (!g_profile.on || t_depth++ > 0) return nullptr;
-  return std::make_unique<OpStart>();
-}
-
-void exit_op(const at::RecordFunction& fn, at::ObserverContext* context) {
-  if (!g_profile.on) return;
-  --t_depth;
-  if (context) g_profile.seconds[fn.name()] += seconds_since(static_cast<OpStart*>(context)->start);
 }
 
 // The step's projections in order, with their biases: what the floor runs.
@@ -144,10 +121,10 @@ Figures measure(RolloutModel& model, int64_t rows, int64_t context, int64_t step
     }
   };
   decode(false);  // warm-up
-  g_profile = OpProfile{true, {}};
+  bench::record_ops(true);
   for (int64_t s = 0; s < steps; ++s) decode(true);
-  g_profile.on = false;
-  for (const auto& [name, seconds] : g_profile.seconds) f.ops[name] = seconds / steps;
+  bench::record_ops(false);
+  for (const auto& [name, seconds] : bench::op_seconds()) f.ops[name] = seconds / steps;
 
   const std::vector<Projection> projections = step_projections(model);
   std::map<int64_t, at::Tensor> inputs;  // by input width
@@ -178,18 +155,22 @@ Figures measure(RolloutModel& model, int64_t rows, int64_t context, int64_t step
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 6) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR OUT.json [ROWS,...] [CONTEXTS,...] [STEPS]\n", argv[0]);
+  if (argc < 3 || argc > 7) {
+    std::fprintf(stderr, "usage: %s MODEL_DIR OUT.json [ROWS,...] [CONTEXTS,...] [STEPS] [float32|bfloat16]\n", argv[0]);
     return 2;
   }
   const std::vector<int64_t> all_rows = numbers(argc > 3 ? argv[3] : "8,32,128");
   const std::vector<int64_t> contexts = numbers(argc > 4 ? argv[4] : "64,256,1024");
   const int64_t steps = argc > 5 ? std::stoll(argv[5]) : 8;
   at::NoGradGuard no_grad;
-  auto whole = load_causal_lm(argv[1], at::kFloat);
+  const std::string dtype = argc > 6 ? argv[6] : "float32";
+  if (dtype != "float32" && dtype != "bfloat16") {
+    std::fprintf(stderr, "dtype must be float32 or bfloat16, not %s\n", dtype.c_str());
+    return 2;
+  }
+  auto whole = load_causal_lm(argv[1], dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
   RolloutModel model(*whole);
-  at::addGlobalCallback(at::RecordFunctionCallback(enter_op, exit_op).scopes({at::RecordScope::FUNCTION,
-                                                                              at::RecordScope::USER_SCOPE}));
+  bench::install_op_profile();
   nlohmann::json rows_out = nlohmann::json::array();
   std::printf("%6s %8s %10s %10s %10s %8s %10s %8s  top operations (ms per step)\n", "rows", "context", "step ms",
               "forward ms", "floor ms", "floor/step", "packed ms", "packed/step");
@@ -203,7 +184,7 @@ int main(int argc, char** argv) {
       nlohmann::json ops = nlohmann::json::object();
       for (size_t i = 0; i < ranked.size(); ++i) {
         ops[ranked[i].second] = ranked[i].first;
-        if (i < 5) top += ranked[i].second + " " + std::to_string(ranked[i].first * 1e3).substr(0, 5) + "  ";
+        if (i < 8) top += ranked[i].second + " " + std::to_string(ranked[i].first * 1e3).substr(0, 5) + "  ";
       }
       std::printf("%6lld %8lld %10.2f %10.2f %10.2f %8.2f %10.2f %8.2f  %s\n", static_cast<long long>(rows),
                   static_cast<long long>(context), f.step_seconds * 1e3, f.forward_seconds * 1e3,

@@ -7,6 +7,7 @@
 # step per batch, float32, one process each with the machine's torch threads. Each
 # step's wall time and its generation part, the first step left out (warm-up).
 # Installs trl and datasets into the venv the first time (pip).
+# Then the training phase alone with its per-operation profile (bench/train_step_bench.cpp).
 # Writes bench/results/vs_trl.json and vs_trl.md.
 #   bench/run_vs_trl.sh
 #   PROMPTS=4 GROUP=4 NEW=32 STEPS=3 bench/run_vs_trl.sh   # smaller
@@ -46,6 +47,12 @@ echo "== areal-train --job rl: $PROMPTS prompts x $GROUP answers of up to $NEW t
 echo "== TRL GRPOTrainer: the same"
 "$PY" bench/reference/trl_grpo.py "$model" "$work/prompts.jsonl" "$PROMPTS" "$GROUP" "$NEW" "$STEPS" "$LR" \
   "$work/trl.json" "$DTYPE" 2>&1 | grep -E "trl step|Error" || true
+# The training phase alone, where its time goes: one engine step (forward, backward,
+# AdamW) on PROMPTS x GROUP rows of NEW + 30 tokens (about a step's padded rows: 24-word
+# prompts are 20-30 tokens), beside its matrix products alone.
+echo "== the training phase's profile (areal_train_step_bench)"
+"$AREAL_BUILD/bench/areal_train_step_bench" "$model" "$work/train_step.json" "$((PROMPTS * GROUP))" "$((NEW + 30))" \
+  "${STEPS}" "$DTYPE"
 "$PY" - "$work" "$results" "$PROMPTS" "$GROUP" "$NEW" "$suffix" "$DTYPE" <<'PY'
 import datetime, json, os, platform, sys
 import torch
@@ -64,7 +71,8 @@ meta = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(), "tor
 rows = {"areal_step_seconds": a_step, "areal_rollout_seconds": a_gen, "areal_rest_seconds": a_step - a_gen,
         "trl_step_seconds": t_step, "trl_generation_seconds": t_gen, "trl_rest_seconds": t_step - t_gen,
         "step_ratio": a_step / t_step, "areal_answer_tokens_mean": mean([r["response_length_mean"] for r in areal[1:]])}
-json.dump({"meta": meta, "figures": rows, "areal_steps": areal, "trl_steps": trl},
+profile = json.load(open(f"{work}/train_step.json"))
+json.dump({"meta": meta, "figures": rows, "areal_steps": areal, "trl_steps": trl, "train_step_profile": profile},
           open(os.path.join(results, f"vs_trl{suffix}.json"), "w"), indent=1)
 lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, {dtype}; "
          f"{prompts} prompts x {group} answers of up to {new} tokens per step, mean of {meta['steps_timed']} steps "
@@ -74,6 +82,16 @@ lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}),
          f"| rollout (areal-train: weights to the rollout, generation, rewards; TRL: generate()) | {a_gen:.2f} s | {t_gen:.2f} s | {a_gen / t_gen:.2f} |",
          f"| the rest (rewards, advantages, forward, backward, optimizer) | {a_step - a_gen:.2f} s | "
          f"{t_step - t_gen:.2f} s | {(a_step - a_gen) / (t_step - t_gen):.2f} |"]
+step_ms = 1e3 * profile["step_seconds"]
+lines += ["", f"The training phase alone (`areal_train_step_bench`, {profile['rows']} x {profile['length']} tokens): "
+          f"a step {step_ms:.0f} ms, its matrix products alone {1e3 * profile['floor_seconds']:.0f} ms "
+          f"(floor/step {profile['floor_share']:.2f}); per operation (top level):", "",
+          "| operation | ms per step | share |", "|---|---|---|"]
+ops = sorted(profile["op_seconds_per_step"].items(), key=lambda kv: -kv[1])
+for name, seconds in ops[:12]:
+    lines.append(f"| `{name}` | {1e3 * seconds:.1f} | {100 * seconds / profile['step_seconds']:.1f} % |")
+rest = profile["step_seconds"] - sum(seconds for _, seconds in ops[:12])
+lines.append(f"| the rest | {1e3 * rest:.1f} | {100 * rest / profile['step_seconds']:.1f} % |")
 open(os.path.join(results, f"vs_trl{suffix}.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
