@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
 
 namespace areal {
@@ -18,8 +19,6 @@ namespace {
 // Each loop is written over 16-lane vectors (GCC's vector types: at -O2 GCC leaves a plain
 // loop scalar), then the remainder. Vectors move through memcpy (any alignment).
 typedef float Lanes __attribute__((vector_size(64)));
-typedef uint32_t Words __attribute__((vector_size(64)));
-typedef uint16_t Halves __attribute__((vector_size(32)));
 constexpr int64_t kLanes = 16;
 
 // The sum of a[i] * b[i], in 16 lanes.
@@ -37,56 +36,6 @@ AREAL_VECTOR_CLONES float dot(const float* __restrict a, const float* __restrict
   return sum;
 }
 
-// bfloat16 to float32 is exact; back rounds to the nearest even as c10::BFloat16 does
-// (a NaN stays a NaN).
-AREAL_VECTOR_CLONES void widen(const uint16_t* __restrict from, float* __restrict to, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Halves half;
-    __builtin_memcpy(&half, from + i, sizeof half);
-    const Words word = __builtin_convertvector(half, Words) << 16;
-    __builtin_memcpy(to + i, &word, sizeof word);
-  }
-  for (; i < n; ++i) {
-    const uint32_t word = static_cast<uint32_t>(from[i]) << 16;
-    __builtin_memcpy(to + i, &word, sizeof word);
-  }
-}
-
-AREAL_VECTOR_CLONES void narrow(const float* __restrict from, uint16_t* __restrict to, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Words word;
-    __builtin_memcpy(&word, from + i, sizeof word);
-    word = (word & 0x7fffffffu) > 0x7f800000u ? word | 0x400000u : word + 0x7fffu + ((word >> 16) & 1u);
-    const Halves half = __builtin_convertvector(word >> 16, Halves);
-    __builtin_memcpy(to + i, &half, sizeof half);
-  }
-  for (; i < n; ++i) {
-    uint32_t word;
-    __builtin_memcpy(&word, from + i, sizeof word);
-    word = (word & 0x7fffffffu) > 0x7f800000u ? word | 0x400000u : word + 0x7fffu + ((word >> 16) & 1u);
-    to[i] = static_cast<uint16_t>(word >> 16);
-  }
-}
-
-// Rounds each value to bfloat16 and back (what torch's .to(bfloat16) of a float32 tensor keeps).
-AREAL_VECTOR_CLONES void round_to_bfloat16(float* __restrict v, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Words word;
-    __builtin_memcpy(&word, v + i, sizeof word);
-    word = ((word & 0x7fffffffu) > 0x7f800000u ? word : word + 0x7fffu + ((word >> 16) & 1u)) & 0xffff0000u;
-    __builtin_memcpy(v + i, &word, sizeof word);
-  }
-  for (; i < n; ++i) {
-    uint32_t word;
-    __builtin_memcpy(&word, v + i, sizeof word);
-    word = ((word & 0x7fffffffu) > 0x7f800000u ? word : word + 0x7fffu + ((word >> 16) & 1u)) & 0xffff0000u;
-    __builtin_memcpy(v + i, &word, sizeof word);
-  }
-}
-
 // The rows of a float32 or bfloat16 tensor, read and written in float32.
 struct Rows {
   const at::Tensor& t;
@@ -94,13 +43,13 @@ struct Rows {
   bool bf16() const { return t.scalar_type() == at::kBFloat16; }
   void load(int64_t row, float* to) const {
     if (bf16())
-      widen(reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>()) + row * n, to, n);
+      widen_bfloat16(reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>()) + row * n, 1, n, n, to);
     else
       std::memcpy(to, t.const_data_ptr<float>() + row * n, n * sizeof(float));
   }
   void store(int64_t row, const float* from) const {
     if (bf16())
-      narrow(from, reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>()) + row * n, n);
+      narrow_to_bfloat16(from, reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>()) + row * n, n);
     else
       std::memcpy(t.mutable_data_ptr<float>() + row * n, from, n * sizeof(float));
   }

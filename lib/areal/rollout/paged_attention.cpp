@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
 
 namespace areal {
@@ -160,29 +161,6 @@ AREAL_VECTOR_CLONES void softmax_row(float* __restrict s, int64_t n) {
   for (int64_t k = 0; k < kLanes; ++k) sum += total[k];
   const float normalizer = 1.0f / sum;
   for (int64_t at = 0; at < n; ++at) s[at] *= normalizer;
-}
-
-// `n` rows of `dim` bfloat16 values (row stride `stride`) as float32 rows in `to`: a
-// bfloat16's 16 bits are a float's upper half (exact), 16 values at a time.
-AREAL_VECTOR_CLONES void widen_bfloat16(const uint16_t* __restrict from, int64_t n, int64_t stride, int64_t dim,
-                                        float* __restrict to) {
-  typedef uint16_t Halves __attribute__((vector_size(32)));
-  typedef uint32_t Words __attribute__((vector_size(64)));
-  for (int64_t l = 0; l < n; ++l) {
-    const uint16_t* row = from + l * stride;
-    float* out = to + l * dim;
-    int64_t d = 0;
-    for (; d + kLanes <= dim; d += kLanes) {
-      Halves half;
-      __builtin_memcpy(&half, row + d, sizeof half);
-      const Words word = __builtin_convertvector(half, Words) << 16;
-      __builtin_memcpy(out + d, &word, sizeof word);
-    }
-    for (; d < dim; ++d) {
-      const uint32_t word = static_cast<uint32_t>(row[d]) << 16;
-      __builtin_memcpy(out + d, &word, sizeof word);
-    }
-  }
 }
 
 // The `n` tokens of one block for key/value head j as float32 rows of `dim`: float32
