@@ -91,10 +91,10 @@ at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at
   return scale_embeddings(c, at::embedding(weight, ids));
 }
 
-// On the CPU torch's bfloat16 / float16 flash-attention backward costs 2-3x its float32 one on
-// short sequences (docs/benchmarks.md, "A GRPO step against TRL"; even at 192 keys, faster
-// beyond): a forward that will be back-propagated attends over fewer keys in float32, which
-// rounds no worse.
+// On the CPU torch's bfloat16 flash-attention backward costs 2-3x its float32 one on short
+// sequences (about even at 192 keys, faster beyond; docs/training.md, "Precision"): a
+// forward that will be back-propagated attends over fewer keys in float32, which rounds
+// no worse. float16 is treated alike.
 static bool attends_in_float32(const at::Tensor& q, const at::Tensor& k) {
   constexpr int64_t kFloatBelowKeys = 192;
   return q.device().is_cpu() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
