@@ -16,6 +16,7 @@
 #include "areal/io/checkpoint.h"
 #include "areal/util/strings.h"
 #include "areal/model/hf_weights.h"
+#include "areal/model/fused_rotary.h"
 #include "areal/model/rms_norm.h"
 #include "test_paths.h"
 
@@ -276,6 +277,44 @@ TEST_CASE("model: the fused RMSNorm gives the eager ops' values and gradients", 
         CHECK((got[i] - exact[i]).abs().max().item<double>() / scale < bound);
         if (dtype == at::kBFloat16 && i == 0)  // the same roundings as the eager ops: nearly every value equal
           CHECK((got[i] != eager[i]).to(at::kDouble).mean().item<double>() < 0.01);
+      }
+    }
+  }
+}
+
+TEST_CASE("model: the fused rotary embedding gives the eager ops' values and gradients", "[model][norm]") {
+  // Queries as the layers hold them: [B, T, heads, D] memory seen as [B, heads, T, D];
+  // cos and sin per row (padded batches) and one row for all (packed rows).
+  at::manual_seed(5);
+  for (const int64_t table_rows : {3, 1}) {
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      INFO(table_rows << " table rows, " << dtype);
+      const at::Tensor x0 = at::randn({3, 50, 5, 72}, at::kDouble) * 2, dy = at::randn({3, 5, 50, 72}, at::kDouble);
+      // Halves of different angles (real tables repeat them): each value's own cos and sin.
+      const at::Tensor angle = at::randn({table_rows, 50, 72}, at::kDouble) * 3;
+      const at::Tensor cos0 = angle.cos(), sin0 = angle.sin();
+      auto run = [&](bool fused, at::ScalarType type) {
+        at::Tensor leaf = x0.to(type, false, /*copy=*/true).requires_grad_();
+        const at::Tensor x = leaf.transpose(1, 2), cos = cos0.to(type), sin = sin0.to(type);
+        REQUIRE(fuses_rotary(x, cos, sin) == (type != at::kDouble));
+        at::Tensor y;
+        if (fused) {
+          y = fused_rotary(x, cos, sin);
+        } else {  // transformers' apply_rotary_pos_emb
+          const at::Tensor rotated = at::cat({-x.narrow(-1, 36, 36), x.narrow(-1, 0, 36)}, -1);
+          y = x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+        }
+        y.backward(dy.to(type));
+        return std::vector<at::Tensor>{y.to(at::kDouble), leaf.grad().to(at::kDouble)};
+      };
+      const auto got = run(true, dtype), eager = run(false, dtype), exact = run(false, at::kDouble);
+      for (int i = 0; i < 2; ++i) {
+        INFO("output " << i);
+        const double scale = exact[i].abs().max().item<double>();
+        const double bound = dtype == at::kFloat ? 1e-6 : (eager[i] - exact[i]).abs().max().item<double>() / scale + 1e-3;
+        CHECK((got[i] - exact[i]).abs().max().item<double>() / scale < bound);
+        if (dtype == at::kBFloat16)  // the same roundings as the eager ops: every value equal
+          CHECK(at::equal(got[i], eager[i]));
       }
     }
   }

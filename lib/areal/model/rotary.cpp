@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "areal/model/fused_rotary.h"
+
 namespace areal {
 
 namespace {
@@ -101,6 +103,7 @@ std::pair<at::Tensor, at::Tensor> rotary_cos_sin(const at::Tensor& positions, co
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (fuses_rotary(x, cos, sin)) return fused_rotary(x, cos, sin);
   const int64_t half = x.size(-1) / 2;
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);

@@ -24,7 +24,8 @@ double rope_attention_scaling(const ModelConfig& config);
 std::pair<at::Tensor, at::Tensor> rotary_cos_sin(const at::Tensor& positions, const ModelConfig& config,
                                                  at::ScalarType dtype, const at::Tensor& sequence_lengths = {});
 
-// x [B, heads, T, head_dim] rotated: x * cos + rotate_half(x) * sin.
+// x [B, heads, T, head_dim] rotated: x * cos + rotate_half(x) * sin (on the CPU one
+// fused pass, model/fused_rotary.h).
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace areal
