@@ -5,7 +5,6 @@
 #include <ATen/record_function.h>
 #include <torch/autograd.h>
 
-#include <cstring>
 #include <vector>
 
 #include "areal/util/bfloat16_rows.h"
@@ -64,26 +63,12 @@ AREAL_VECTOR_CLONES void rotate_row(const float* __restrict x, const float* __re
   }
 }
 
-void load(const at::Tensor& t, const void* row, int64_t n, float* to) {
-  if (t.scalar_type() == at::kBFloat16)
-    widen_bfloat16(static_cast<const uint16_t*>(row), 1, n, n, to);
-  else
-    std::memcpy(to, row, n * sizeof(float));
-}
-
-void store(const at::Tensor& t, void* row, int64_t n, const float* from) {
-  if (t.scalar_type() == at::kBFloat16)
-    narrow_to_bfloat16(from, static_cast<uint16_t*>(row), n);
-  else
-    std::memcpy(row, from, n * sizeof(float));
-}
-
 // Over every (b, h, t) row of `in` [B, H, T, D] (last dimension contiguous), writes
 // `out` (same strides) by rotate_row with the row's position's cos and sin, read once
 // for the position's heads.
 void rotate_rows(const at::Tensor& in, const at::Tensor& cos, const at::Tensor& sin, bool backward, at::Tensor& out) {
   const int64_t batch = in.size(0), heads = in.size(1), length = in.size(2), dim = in.size(3);
-  const bool round = in.scalar_type() == at::kBFloat16;
+  const bool round = in.scalar_type() == at::kBFloat16;  // every tensor here is in's dtype
   const int64_t element = in.element_size();
   const char* in_base = static_cast<const char*>(in.const_data_ptr());
   char* out_base = static_cast<char*>(out.mutable_data_ptr());
@@ -95,12 +80,12 @@ void rotate_rows(const at::Tensor& in, const at::Tensor& cos, const at::Tensor& 
     for (int64_t position = first; position < last; ++position) {
       const int64_t b = position / length, t = position % length;
       const int64_t table_row = ((per_row_table ? b : 0) * length + t) * dim * element;
-      load(cos, cos_base + table_row, dim, c.data());
-      load(sin, sin_base + table_row, dim, s.data());
+      read_floats(cos_base + table_row, round, dim, c.data());
+      read_floats(sin_base + table_row, round, dim, s.data());
       for (int64_t h = 0; h < heads; ++h) {
-        load(in, in_base + (b * in.stride(0) + h * in.stride(1) + t * in.stride(2)) * element, dim, x.data());
+        read_floats(in_base + (b * in.stride(0) + h * in.stride(1) + t * in.stride(2)) * element, round, dim, x.data());
         rotate_row(x.data(), c.data(), s.data(), dim / 2, backward, round, y.data());
-        store(out, out_base + (b * out.stride(0) + h * out.stride(1) + t * out.stride(2)) * element, dim, y.data());
+        write_floats(y.data(), round, dim, out_base + (b * out.stride(0) + h * out.stride(1) + t * out.stride(2)) * element);
       }
     }
   });

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "areal/util/bfloat16_rows.h"
@@ -40,18 +39,13 @@ AREAL_VECTOR_CLONES float dot(const float* __restrict a, const float* __restrict
 struct Rows {
   const at::Tensor& t;
   int64_t n;
-  bool bf16() const { return t.scalar_type() == at::kBFloat16; }
   void load(int64_t row, float* to) const {
-    if (bf16())
-      widen_bfloat16(reinterpret_cast<const uint16_t*>(t.const_data_ptr<at::BFloat16>()) + row * n, 1, n, n, to);
-    else
-      std::memcpy(to, t.const_data_ptr<float>() + row * n, n * sizeof(float));
+    read_floats(static_cast<const char*>(t.const_data_ptr()) + row * n * t.element_size(),
+                t.scalar_type() == at::kBFloat16, n, to);
   }
   void store(int64_t row, const float* from) const {
-    if (bf16())
-      narrow_to_bfloat16(from, reinterpret_cast<uint16_t*>(t.mutable_data_ptr<at::BFloat16>()) + row * n, n);
-    else
-      std::memcpy(t.mutable_data_ptr<float>() + row * n, from, n * sizeof(float));
+    write_floats(from, t.scalar_type() == at::kBFloat16, n,
+                 static_cast<char*>(t.mutable_data_ptr()) + row * n * t.element_size());
   }
 };
 

@@ -1,5 +1,7 @@
 #include "areal/util/bfloat16_rows.h"
 
+#include <cstring>
+
 #include "areal/util/vector_clones.h"
 
 namespace areal {
@@ -61,6 +63,20 @@ AREAL_VECTOR_CLONES void round_to_bfloat16(float* __restrict v, int64_t n) {
     word = ((word & 0x7fffffffu) > 0x7f800000u ? word : word + 0x7fffu + ((word >> 16) & 1u)) & 0xffff0000u;
     __builtin_memcpy(v + i, &word, sizeof word);
   }
+}
+
+void read_floats(const void* from, bool bfloat16, int64_t n, float* to) {
+  if (bfloat16)
+    widen_bfloat16(static_cast<const uint16_t*>(from), 1, n, n, to);
+  else
+    std::memcpy(to, from, n * sizeof(float));
+}
+
+void write_floats(const float* from, bool bfloat16, int64_t n, void* to) {
+  if (bfloat16)
+    narrow_to_bfloat16(from, static_cast<uint16_t*>(to), n);
+  else
+    std::memcpy(to, from, n * sizeof(float));
 }
 
 }  // namespace areal

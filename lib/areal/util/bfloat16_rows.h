@@ -18,4 +18,9 @@ void narrow_to_bfloat16(const float* from, uint16_t* to, int64_t n);
 // of a float32 tensor keeps).
 void round_to_bfloat16(float* v, int64_t n);
 
+// `n` values at `from`, bfloat16 (with `bfloat16`) or float32, as float32 in `to`; and
+// float32 values written back in either.
+void read_floats(const void* from, bool bfloat16, int64_t n, float* to);
+void write_floats(const float* from, bool bfloat16, int64_t n, void* to);
+
 }  // namespace areal
