@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -153,13 +155,13 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
 // with a KL reference, recomputed log-probs and two minibatches give one process's figures.
 TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's steps", "[rl][binary][mpi]") {
   const fs::path root = fresh_dir("context");
-  auto steps = [&](int np, const std::string& backend) {
-    const fs::path dir = root / (std::to_string(np) + backend.substr(5));
+  auto steps = [&](int np, const std::string& backend, const std::string& extra = "") {
+    const fs::path dir = root / (std::to_string(np) + backend.substr(5) + (extra.empty() ? "" : "packed"));
     Result r = run(kMpirun + " -np " + std::to_string(np) + " " + kBin + " --config configs/ci_smoke.yaml total_train_steps=2"
                    " valid_dataset.path= stats_logger.tensorboard.path= actor.backend=" + backend +
                    // A random model earns no reward: a constant advantage of 1 still moves the policy.
                    " actor.reward_bias=1 actor.adv_norm.mean_level=none actor.adv_norm.std_level=none actor.kl_ctl=0.1"
-                   " actor.recompute_logprob=true actor.ppo_n_minibatches=2 cluster.fileroot=" + dir.string());
+                   " actor.recompute_logprob=true actor.ppo_n_minibatches=2 cluster.fileroot=" + dir.string() + extra);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     if (backend.find("c2") != std::string::npos) CHECK_THAT(r.output, Contains("every sequence over 2 ranks"));
@@ -170,8 +172,14 @@ TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's 
   };
   const std::vector<json> one = steps(1, "fsdp:d1");
   CHECK(one[1]["kl"].get<double>() > 0);
-  for (const auto& [np, backend] : std::vector<std::pair<int, std::string>>{{2, "fsdp:d1c2"}, {4, "fsdp:d2c2"}, {2, "fsdp:d1t2"}, {4, "fsdp:d1t2c2"}}) {
-    const std::vector<json> got = steps(np, backend);
+  // Also packed micro-batches whose answers share their prompt (actor.share_prompts):
+  // each group's prompt runs once in the update, the log-prob recomputation and the
+  // KL reference's forward.
+  const std::vector<std::tuple<int, std::string, std::string>> shapes = {
+      {2, "fsdp:d1c2", ""}, {4, "fsdp:d2c2", ""}, {2, "fsdp:d1t2", ""}, {4, "fsdp:d1t2c2", ""},
+      {2, "fsdp:d2", " actor.mb_spec.max_tokens_per_mb=200"}};
+  for (const auto& [np, backend, extra] : shapes) {
+    const std::vector<json> got = steps(np, backend, extra);
     for (size_t i = 0; i < 2; ++i)
       for (const char* key : {"reward_mean", "response_length_mean", "loss", "grad_norm", "kl", "entropy", "clip_fraction"}) {
         INFO(backend << ", step " << i + 1 << ", " << key);

@@ -487,7 +487,7 @@ TEST_CASE("engine: routing replay sends tokens to the recorded experts", "[mpi][
 
         // The same through the Policy's micro-batches.
         PaddedSequences set{all_ids.narrow(0, g_me.rank * rows, rows).contiguous(), lengths,
-                            recorded.narrow(0, g_me.rank * rows, rows).contiguous()};
+                            recorded.narrow(0, g_me.rank * rows, rows).contiguous(), {}};
         at::Tensor valid = at::zeros({rows, width - 1});
         for (int64_t j = 0; j < rows; ++j) valid[j].narrow(0, 0, lengths[j] - 1).fill_(1);
         const double targets = valid.sum().item<double>();

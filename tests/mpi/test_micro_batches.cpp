@@ -99,3 +99,108 @@ TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of on
   g_comm->all_reduce(most, ReduceOp::Max);
   CHECK(counts.item<double>() == most.item<double>());
 }
+
+TEST_CASE("micro-batches: answers sharing their prompt give the loss and gradients of one padded batch",
+          "[mpi][micro]") {
+  Config cfg;
+  cfg.model_path = source_path("tests/fixtures/models/llama");
+  cfg.device = "cpu";
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  ShardedModel& model = *init.model;
+  cfg.actor.dtype = "float32";
+  cfg.actor.grad_reduce_dtype = "float32";
+  Policy policy(cfg, model, *g_comm);
+
+  // Per rank 3 groups of 3 answers (1..7 tokens) to prompts of 3..8 tokens, and one row
+  // that is its prompt alone (no answer: shares nothing). Targets: the answers' tokens.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(200 + g_me.rank);
+  const int64_t groups = 3, answers = 3, n = groups * answers + 1;
+  std::vector<at::Tensor> rows;
+  std::vector<int64_t> prompt_lengths;
+  int64_t shared_tokens = 0;  // what the forward runs when every group shares its prompt
+  int64_t largest_group = 0;  // the most tokens of one group, its prompt once
+  for (int64_t g = 0; g <= groups; ++g) {
+    const int64_t p = at::randint(3, 9, {1}, gen, at::kLong).item<int64_t>();
+    const at::Tensor prompt = at::randint(1, model.config().vocab_size, {p}, gen, at::kLong);
+    int64_t group_tokens = p;
+    for (int64_t a = 0; a < (g < groups ? answers : 1); ++a) {
+      const int64_t length = g < groups ? at::randint(1, 8, {1}, gen, at::kLong).item<int64_t>() : 0;
+      rows.push_back(at::cat({prompt, at::randint(1, model.config().vocab_size, {length}, gen, at::kLong)}));
+      prompt_lengths.push_back(p);
+      group_tokens += length;
+    }
+    shared_tokens += group_tokens;
+    largest_group = std::max(largest_group, group_tokens);
+  }
+  PaddedSequences set;
+  int64_t longest = 0;
+  for (const at::Tensor& row : rows) longest = std::max(longest, row.numel());
+  set.ids = at::zeros({n, longest}, at::kLong);
+  at::Tensor weights = at::zeros({n, longest - 1}, at::kFloat);
+  int64_t all_lengths = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t length = rows[i].numel(), p = prompt_lengths[i];
+    set.ids[i].narrow(0, 0, length).copy_(rows[i]);
+    set.lengths.push_back(length);
+    all_lengths += length;
+    if (length > p) weights[i].narrow(0, p - 1, length - p).fill_(1);
+  }
+  weights[n - 1][0] = 1;  // the prompt alone: one target of its own
+  at::Tensor all_tokens = weights.sum().to(at::kDouble).reshape({1});
+  g_comm->all_reduce(all_tokens, ReduceOp::Sum);
+
+  // One optimizer step's worth: the mean over every target token of all ranks, with the
+  // head on every position (forward) or on the targets' only (forward_at).
+  auto run = [&](const PaddedSequences& sequences, int64_t max_tokens, bool at_targets, int64_t& tokens,
+                 size_t& count) {
+    for (size_t u = 0; u < model.units().size(); ++u)
+      if (model.shard(u).grad().defined()) model.shard(u).mutable_grad().zero_();
+    at::Tensor loss = at::zeros({1}, at::kDouble);
+    tokens = 0;
+    const std::vector<MicroBatch> mbs = micro_batches(sequences, 0, n, max_tokens, *g_comm, at::Device("cpu"));
+    count = mbs.size();
+    for (const MicroBatch& mb : mbs) {
+      const at::Tensor w = mb.lay_out(weights);
+      at::Tensor sum;
+      if (at_targets) {
+        const at::Tensor logits = mb.forward_at(policy, w > 0);
+        sum = at::cross_entropy_loss(logits, mb.targets().masked_select(w > 0), {}, at::Reduction::Sum);
+      } else {
+        const at::Tensor logits = mb.forward(policy);
+        sum = (at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), mb.targets().reshape({-1}), {},
+                                      at::Reduction::None) *
+               w.reshape({-1}))
+                  .sum();
+      }
+      (sum * (g_me.world_size / all_tokens.item<double>())).backward();
+      loss += sum.detach().to(at::kDouble);
+      if (!mb.rows().empty()) tokens += mb.tokens();  // not a rank's empty filler
+    }
+    g_comm->all_reduce(loss, ReduceOp::Sum);
+    std::vector<at::Tensor> grads;
+    for (size_t u = 0; u < model.units().size(); ++u) grads.push_back(model.shard(u).grad().clone());
+    return std::make_pair(loss.item<double>() / all_tokens.item<double>(), grads);
+  };
+  int64_t tokens = 0;
+  size_t count = 0;
+  auto [padded_loss, padded_grads] = run(set, 0, false, tokens, count);
+  PaddedSequences shared = set;
+  shared.prompt_lengths = prompt_lengths;
+  // A budget that holds every row, and one that holds the largest group (its prompt
+  // once) but not all: the groups go to micro-batches whole, so each shares its prompt.
+  for (const int64_t max_tokens : {int64_t{1000}, largest_group}) {
+    for (const bool at_targets : {false, true}) {
+      INFO("max_tokens " << max_tokens << ", head at the targets only " << at_targets);
+      auto [loss, grads] = run(shared, max_tokens, at_targets, tokens, count);
+      CHECK(tokens == shared_tokens);
+      CHECK(tokens < all_lengths);
+      if (max_tokens != 1000) CHECK(count >= 2);
+      // The padded batch's arithmetic in another grouping: tolerances as above.
+      CHECK(std::abs(loss - padded_loss) <= 1e-6 * std::abs(padded_loss));
+      for (size_t u = 0; u < padded_grads.size(); ++u) {
+        INFO("unit " << u);
+        CHECK(at::allclose(grads[u], padded_grads[u], 1e-4, 1e-6));
+      }
+    }
+  }
+}

@@ -86,6 +86,7 @@ struct ActorConfig {
   // A mixture of experts in RL: route each token as the rollout did (routing replay)
   bool router_replay = false;
   MicroBatchSpec mb_spec;
+  bool share_prompts = true;  // packed micro-batches hold a group's prompt once (areal-train's own)
   bool use_lora = false;
   int64_t lora_rank = 32;
   int64_t lora_alpha = 16;

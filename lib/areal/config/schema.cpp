@@ -294,6 +294,12 @@ std::vector<OptionSpec> declare_options() {
       OPTION(actor.mb_spec.packing_algorithm).doc("How sequences are packed into micro-batches under "
                                                   "max_tokens_per_mb: `ffd` (first fit decreasing, AReaL's "
                                                   "default and the one built in; AReaL's `kk` is refused)."),
+      OPTION(actor.share_prompts).doc("RL with packed micro-batches (actor.mb_spec.max_tokens_per_mb > 0): "
+                                      "the answers to one prompt in a micro-batch hold the prompt once and "
+                                      "attend to that copy, so its forward and backward run once, not once "
+                                      "per answer (the same loss and gradients up to rounding). Off for "
+                                      "dynamic NTK rope scaling, context parallelism and a mixture of "
+                                      "experts' recorded routing. areal-train's own option."),
       OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
       OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),

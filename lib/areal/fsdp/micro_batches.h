@@ -11,6 +11,10 @@
 // With context parallelism (ContextChunk) the rows are padded to a multiple of the
 // group (a packed row's padding is a sequence of its own) and a rank runs its chunk of
 // every row: forward()'s logits and the laid-out values are that chunk's positions.
+// Shared prompts (PaddedSequences::prompt_lengths, RL's groups): a packed micro-batch's
+// consecutive rows with the same prompt hold it once; their answers attend to that one
+// copy, whose forward and backward run once. Laid-out values keep one position per row
+// and token as without sharing; the prompt's positions map to the one copy.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,6 +34,9 @@ struct PaddedSequences {
   // A mixture of experts' recorded choices [N, L, sparse layers x k] (int16, -1: none;
   // Policy::forward's `experts`), or undefined.
   at::Tensor experts;
+  // Each row's prompt tokens, to share a prompt between the rows that have it (packed
+  // micro-batches without context parallelism or recorded experts); empty: no sharing.
+  std::vector<int64_t> prompt_lengths;
 };
 
 // One micro-batch. "Target tensors" are the set's [N, L - 1] per-row values aligned with
@@ -58,13 +65,22 @@ class MicroBatch {
   // The targets, laid out (token t + 1 at position t; 0 where there is none).
   at::Tensor targets() const { return lay_out(targets_); }
   const std::vector<int64_t>& rows() const { return rows_; }  // the set's rows, in order
+  // The tokens the forward runs on this rank (fewer than the rows' when prompts are shared).
+  int64_t tokens() const { return ids_.numel(); }
 
  private:
+  // The packed row with shared prompts: `pieces` (its tokens), segments_, prefixes_ and
+  // source_ (left undefined, with segments_ and prefixes_ empty, where no row shares).
+  void pack_shared_prompts(const PaddedSequences& set, std::vector<at::Tensor>& pieces);
   // The policy's forward on this micro-batch's input [R, T] (the head on `head_rows`).
   at::Tensor run(Policy& policy, PolicyWeights weights, double loss_share, const at::Tensor& head_rows) const;
 
   std::vector<int64_t> rows_;
   std::vector<int64_t> lengths_;  // of rows_
+  // The packed row's sequences as attention sees them (shared prompts: a prompt, then
+  // its answers, each continuing it: prefixes_, packed_attention_inputs).
+  std::vector<int64_t> segments_, prefixes_;
+  at::Tensor source_;  // shared prompts: each laid-out position's forward position [W] on device_; else undefined
   bool packed_;
   at::Device device_;
   ContextChunk context_;
@@ -82,7 +98,8 @@ std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t
 
 // The micro-batches of rows [begin, end) of `set`: one padded micro-batch when
 // max_tokens is 0, else packed ones by token budget, as many on every rank (a
-// collective then).
+// collective then). With shared prompts a run of rows with one prompt is packed as one
+// item of its shared tokens (cut where it would pass the budget), so its rows share.
 std::vector<MicroBatch> micro_batches(const PaddedSequences& set, int64_t begin, int64_t end, int64_t max_tokens,
                                       Communicator& comm, const at::Device& device, ContextChunk context = {});
 

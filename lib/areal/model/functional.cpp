@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "areal/model/rms_norm.h"
 #include "areal/model/rotary.h"
 #include "areal/model/transformer.h"
+#include "areal/util/strings.h"
 
 namespace areal {
 
@@ -40,18 +42,32 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
 }
 
 AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
-                                        const at::Device& device, at::ScalarType dtype) {
+                                        const at::Device& device, at::ScalarType dtype,
+                                        const std::vector<int64_t>& prefixes) {
+  if (!prefixes.empty() && prefixes.size() != lengths.size())
+    throw std::invalid_argument(cat("packed_attention_inputs: ", prefixes.size(), " prefixes for ", lengths.size(),
+                                    " sequences"));
+  const bool continued = std::any_of(prefixes.begin(), prefixes.end(), [](int64_t p) { return p >= 0; });
+  if (continued && config.rope_scaling.type == "dynamic")
+    throw std::invalid_argument("packed_attention_inputs: shared prompts under dynamic NTK scaling (each whole "
+                                "sequence's length sets its tables)");
   std::vector<int64_t> starts = {0};
   std::vector<at::Tensor> positions, sequence_lengths;
-  for (int64_t length : lengths) {
-    starts.push_back(starts.back() + length);
-    positions.push_back(at::arange(length, at::kLong));
-    sequence_lengths.push_back(at::full({length}, length, at::kLong));
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t prefix = prefixes.empty() ? -1 : prefixes[i];
+    if (prefix >= static_cast<int64_t>(i) || (prefix >= 0 && prefixes[static_cast<size_t>(prefix)] >= 0))
+      throw std::invalid_argument(cat("packed_attention_inputs: sequence ", i, " continues sequence ", prefix,
+                                      ", which is not an earlier sequence of its own"));
+    const int64_t first = prefix >= 0 ? lengths[static_cast<size_t>(prefix)] : 0;
+    starts.push_back(starts.back() + lengths[i]);
+    positions.push_back(at::arange(first, first + lengths[i], at::kLong));
+    sequence_lengths.push_back(at::full({lengths[i]}, first + lengths[i], at::kLong));
   }
   AttentionInputs inputs;
   set_rotary(inputs, at::cat(positions).view({1, -1}).to(device), config, dtype,
              at::cat(sequence_lengths).view({1, -1}));
   inputs.sequence_starts = at::tensor(starts, at::kLong);
+  if (continued) inputs.sequence_prefixes = at::tensor(prefixes, at::kLong);
   return inputs;
 }
 
@@ -287,6 +303,71 @@ at::Tensor expert_mixture(const ModelConfig& c, const LayerWeights& w, const at:
   return unsorted.view({tokens.size(0), k, tokens.size(1)}).sum(1).to(x.scalar_type()).view(x.sizes());
 }
 
+namespace {
+
+// Attention over a packed row [1, heads, T, hd] (AttentionInputs::sequence_starts and
+// sequence_prefixes): each sequence causally within itself, one that continues a shared
+// prompt over prompt + itself. The sequences (each with its prompt in front) are gathered
+// into padded batches of similar lengths, one SDPA call each, instead of one call per
+// sequence: right padding never reaches a real query under the causal mask, and the
+// gathers' backward sums a shared prompt's key and value gradients over its answers.
+// A prompt's own outputs come from its first answer's row.
+at::Tensor packed_attention(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& sequence_starts, const at::Tensor& sequence_prefixes, int64_t window) {
+  const int64_t* starts = sequence_starts.data_ptr<int64_t>();
+  const int64_t* prefixes = sequence_prefixes.defined() ? sequence_prefixes.data_ptr<int64_t>() : nullptr;
+  const int64_t n = sequence_starts.numel() - 1, total = starts[n];
+  auto length = [&](int64_t i) { return starts[i + 1] - starts[i]; };
+  // Attention rows: (prefix or -1, sequence); a prompt that an answer continues has none of its own.
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  std::vector<bool> continued(static_cast<size_t>(n), false);
+  for (int64_t i = 0; i < n; ++i)
+    if (prefixes && prefixes[i] >= 0) continued[static_cast<size_t>(prefixes[i])] = true;
+  for (int64_t i = 0; i < n; ++i)
+    if (!continued[static_cast<size_t>(i)]) rows.push_back({prefixes ? prefixes[i] : -1, i});
+  auto row_length = [&](const std::pair<int64_t, int64_t>& r) { return (r.first >= 0 ? length(r.first) : 0) + length(r.second); };
+  // Longest first; a batch ends where a row is under 3/4 of its first (padding stays small).
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return row_length(a) > row_length(b); });
+  std::vector<int64_t> back(static_cast<size_t>(total), -1);  // each token's place in the batches' outputs
+  std::vector<at::Tensor> outputs;
+  const at::Tensor qt = q.transpose(1, 2).squeeze(0), kt = k.transpose(1, 2).squeeze(0), vt = v.transpose(1, 2).squeeze(0);
+  int64_t produced = 0;  // output rows before this batch's
+  for (size_t first = 0; first < rows.size();) {
+    const int64_t width = row_length(rows[first]);
+    size_t end = first + 1;
+    while (end < rows.size() && 4 * row_length(rows[end]) >= 3 * width) ++end;
+    std::vector<int64_t> gather;  // [rows, width] token positions, padded with the row's last
+    gather.reserve((end - first) * static_cast<size_t>(width));
+    for (size_t r = first; r < end; ++r) {
+      const auto [prefix, sequence] = rows[r];
+      const int64_t base = produced + static_cast<int64_t>(r - first) * width;
+      int64_t column = 0;
+      auto take = [&](int64_t i, bool outputs_here) {
+        for (int64_t t = starts[i]; t < starts[i + 1]; ++t, ++column) {
+          gather.push_back(t);
+          if (outputs_here && back[static_cast<size_t>(t)] < 0) back[static_cast<size_t>(t)] = base + column;
+        }
+      };
+      if (prefix >= 0) take(prefix, /*outputs_here=*/true);  // kept from the first answer's row only
+      take(sequence, true);
+      while (column++ < width) gather.push_back(gather.back());
+    }
+    const int64_t batch = static_cast<int64_t>(end - first);
+    const at::Tensor index = at::tensor(gather, at::kLong).to(q.device());
+    auto batched = [&](const at::Tensor& x) {  // [T, heads, hd] -> [batch, heads, width, hd]
+      return x.index_select(0, index).view({batch, width, x.size(1), x.size(2)}).transpose(1, 2);
+    };
+    const at::Tensor out = attend(c, batched(qt), batched(kt), batched(vt), {}, /*causal=*/true, window);
+    outputs.push_back(out.transpose(1, 2).reshape({batch * width, q.size(1), q.size(3)}));
+    produced += batch * width;
+    first = end;
+  }
+  const at::Tensor all = outputs.size() == 1 ? outputs[0] : at::cat(outputs);
+  return all.index_select(0, at::tensor(back, at::kLong).to(q.device())).unsqueeze(0).transpose(1, 2);
+}
+
+}  // namespace
+
 at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights& w, const at::Tensor& x,
                          const AttentionInputs& attention, at::Tensor& keys, at::Tensor& values, double lora_scale,
                          const PartialSumReduce& reduce, RouterTally* router, ExpertChoices* choices,
@@ -323,19 +404,8 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   k = apply_rotary(k.transpose(1, 2), cos, sin);
   // Grouped-query attention: each key/value head serves heads / kv_heads query heads;
   // attention reads the shared heads in place (enable_gqa) instead of copies per query head.
-  // Packed sequences: causal attention inside each sequence only.
-  // Split, not narrowed: the backward of a split concatenates the sequences' gradients once,
-  // where each narrow's would fill a zero tensor of the whole row.
   auto packed = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    const int64_t* starts = attention.sequence_starts.data_ptr<int64_t>();
-    std::vector<int64_t> lengths;
-    for (int64_t i = 0; i + 1 < attention.sequence_starts.numel(); ++i) lengths.push_back(starts[i + 1] - starts[i]);
-    const std::vector<at::Tensor> qs = q.split_with_sizes(lengths, 2), ks = k.split_with_sizes(lengths, 2),
-                                  vs = v.split_with_sizes(lengths, 2);
-    std::vector<at::Tensor> parts;
-    for (size_t i = 0; i < lengths.size(); ++i)
-      parts.push_back(attend(c, qs[i], ks[i], vs[i], {}, /*causal=*/true, window));
-    return at::cat(parts, 2);
+    return packed_attention(c, q, k, v, attention.sequence_starts, attention.sequence_prefixes, window);
   };
   at::Tensor attended;
   if (attention.cached) {

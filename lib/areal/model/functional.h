@@ -29,6 +29,10 @@ struct AttentionInputs {
   // to back; sequence i is tokens [starts[i], starts[i + 1]) (int64, CPU), attends
   // causally within itself and never across.
   at::Tensor sequence_starts;
+  // Shared prompts in a packed row: sequence i continues sequence prefixes[i] (int64,
+  // CPU; -1: none), attending to all of that one's tokens before its own (a group's
+  // answers after their one prompt). Undefined: no sequence continues another.
+  at::Tensor sequence_prefixes;
   // Which of the B x T tokens are real (1) and which padding (0), as attention_inputs()
   // was given them; undefined: all real (packed rows, no mask). The routers'
   // load-balancing loss counts only the real ones, as transformers does.
@@ -46,9 +50,14 @@ AttentionInputs attention_inputs(const ModelConfig& config, const at::Tensor& in
                                  const at::Tensor& attention_mask, KVCache* cache, at::ScalarType dtype);
 
 // For one packed row: `lengths` sequences back to back (their sum is the row's length);
-// positions restart at 0 for each sequence.
+// positions restart at 0 for each sequence. With `prefixes` (one per sequence, -1:
+// none), sequence i continues the earlier sequence prefixes[i]: its positions follow
+// that one's and it attends to it (AttentionInputs::sequence_prefixes; positions as if
+// the two were one sequence, so not for dynamic NTK scaling, whose tables depend on a
+// whole sequence's length).
 AttentionInputs packed_attention_inputs(const ModelConfig& config, const std::vector<int64_t>& lengths,
-                                        const at::Device& device, at::ScalarType dtype);
+                                        const at::Device& device, at::ScalarType dtype,
+                                        const std::vector<int64_t>& prefixes = {});
 
 // The rotary tables for `positions` [B, T] (and Gemma 3's local ones) into `inputs`.
 void set_rotary(AttentionInputs& inputs, const at::Tensor& positions, const ModelConfig& config, at::ScalarType dtype,

@@ -34,14 +34,23 @@ TokenLogprobs answer_token_logprobs(const MicroBatch& mb, Policy& policy, Policy
   return {MicroBatch::spread(mask, at.logprobs.squeeze(0)), MicroBatch::spread(mask, at.entropy.squeeze(0))};
 }
 
+// Whether a group's answers share their prompt in the packed micro-batches
+// (actor.share_prompts; MicroBatch): not under dynamic NTK scaling, whose rotary tables
+// depend on each whole sequence's length. MicroBatch itself keeps context parallelism's
+// and recorded experts' rows unshared.
+bool shares_prompts(const ActorConfig& actor, const Policy& policy) {
+  return actor.share_prompts && actor.mb_spec.max_tokens_per_mb > 0 && policy.config().rope_scaling.type != "dynamic";
+}
+
 // Log-probs of the rollout's targets under the policy's `weights` without a graph:
 // [rows, L - 1] on the CPU, in n_chunks chunks of micro-batches (actor.mb_spec).
 // Collective.
 at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r, int64_t n_chunks,
-                         int64_t max_tokens_per_mb, double temperature, const at::Device& device) {
+                         const ActorConfig& actor, const at::Device& device) {
   at::NoGradGuard no_grad;
-  const int64_t rows = r.ids.size(0);
-  const PaddedSequences set = r.sequences();
+  const int64_t rows = r.ids.size(0), max_tokens_per_mb = actor.mb_spec.max_tokens_per_mb;
+  const double temperature = actor.temperature;
+  const PaddedSequences set = r.sequences(shares_prompts(actor, policy));
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
     for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
@@ -70,8 +79,9 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
                                  const at::Device& device) {
   const ActorConfig& actor = cfg.actor;
   MinibatchSums sums;
-  for (const MicroBatch& mb : micro_batches(r.sequences(), begin, end, actor.mb_spec.max_tokens_per_mb, comm, device,
-                                            policy.context_chunk())) {
+  const PaddedSequences set = r.sequences(shares_prompts(actor, policy));
+  for (const MicroBatch& mb :
+       micro_batches(set, begin, end, actor.mb_spec.max_tokens_per_mb, comm, device, policy.context_chunk())) {
     // The micro-batch's share of the minibatch's loss tokens (a mixture of experts'
     // load-balancing loss follows it: Policy::forward).
     const at::Tensor loss_mask = mb.lay_out(r.loss_mask);
@@ -118,7 +128,6 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
   const ActorConfig& actor = cfg.actor;
   Rollout& r = rollout.batch;
   const int64_t n_samples = cfg.gconfig.n_samples, n_minibatches = actor.ppo_n_minibatches;
-  const int64_t max_tokens_per_mb = actor.mb_spec.max_tokens_per_mb;
   StepAdvantages adv;
   // Scores: raw reward (+ DAPO's overlong penalty), transformed.
   std::vector<double> scores;
@@ -140,8 +149,7 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
     adv.ratio_base = at::Tensor();  // the update's forward gives them
   } else {
     if (actor.use_decoupled_loss || actor.recompute_logprob) {
-      at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, max_tokens_per_mb,
-                                            actor.temperature, device);
+      at::Tensor recomputed = score_rollout(policy, PolicyWeights::current, r, n_minibatches, actor, device);
       (actor.use_decoupled_loss ? proximal_logp : r.old_logp) = recomputed;
     }
     adv.ratio_base = actor.use_decoupled_loss ? proximal_logp : r.old_logp;
@@ -154,8 +162,7 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
     adv.filtered_tokens = filter.filtered_tokens;
   }
   if (policy.has_reference()) {
-    const at::Tensor ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, max_tokens_per_mb,
-                                              actor.temperature, device);
+    const at::Tensor ref_logp = score_rollout(policy, PolicyWeights::reference, r, n_minibatches, actor, device);
     adv.kl = kl_estimate(r.old_logp, ref_logp, actor.kl_estimator) * r.loss_mask;
   }
   // Batch statistics count every answer once (with context parallelism a group's ranks share theirs).

@@ -50,6 +50,7 @@ Rollout pack(const std::vector<SharedPrompt>& prompts, int64_t n_samples, const 
   int64_t longest = 0;
   for (int64_t i = 0; i < rows; ++i) {
     r.lengths.push_back(static_cast<int64_t>(prompts[i / n_samples]->ids.size() + answers[i].tokens.size()));
+    r.prompt_lengths.push_back(static_cast<int64_t>(prompts[i / n_samples]->ids.size()));
     longest = std::max(longest, r.lengths.back());
   }
   r.ids = at::full({rows, longest}, tokenizer.pad_id(), at::kLong);

@@ -28,6 +28,7 @@ struct Rollout {
   at::Tensor loss_mask;  // [rows, L - 1] 1 where the target is an answer token
   at::Tensor old_logp;   // [rows, L - 1] behaviour log-probs of the answer tokens
   std::vector<int64_t> lengths;  // real tokens per row (prompt + answer)
+  std::vector<int64_t> prompt_lengths;  // the prompt's tokens per row
   // A mixture of experts: [rows, L, sparse layers x k] int16, the experts the rollout
   // sent each token to (Generated::experts), -1 where none ran; undefined otherwise.
   at::Tensor experts;
@@ -39,7 +40,10 @@ struct Rollout {
   EpisodeCounts episodes;
 
   int64_t rows() const { return static_cast<int64_t>(lengths.size()); }
-  PaddedSequences sequences() const { return {ids, lengths, experts}; }
+  // For micro-batches; `share_prompts`: a group's rows may share their prompt (MicroBatch).
+  PaddedSequences sequences(bool share_prompts) const {
+    return {ids, lengths, experts, share_prompts ? prompt_lengths : std::vector<int64_t>{}};
+  }
 };
 
 // The raw reward of each answer (n_samples per prompt) of prompts [first_prompt, end):
