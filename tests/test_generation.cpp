@@ -170,6 +170,43 @@ TEST_CASE("generation: answers leaving the batch early change no other answer", 
   }
 }
 
+// A group's answers to one prompt: one prefill, its keys and values copied to the other
+// answers' rows. Each answer equals its prompt's answer generated alone, in one batch
+// and with refills (max_rows 3: later answers start beside running ones).
+TEST_CASE("generation: answers to one prompt share its prefill and equal the prompt generated alone",
+          "[rl][generation]") {
+  auto model = load_causal_lm(kModel, at::kFloat);
+  SamplingParams p;
+  p.max_new_tokens = 20;  // past the prompts' first cache block of 16 tokens
+  p.temperature = 1.5;
+  const std::vector<int64_t> a = {5, 17, 3, 40}, b = prompts()[1], c = {7};
+  const std::vector<std::vector<int64_t>> many = {a, b, a, a, c, b, a};
+  auto generators = [&] {
+    std::vector<at::Generator> g;
+    for (size_t r = 0; r < many.size(); ++r) g.push_back(answer_generator(17, 0, static_cast<int64_t>(r), 0));
+    return g;
+  };
+  for (const int64_t max_rows : {int64_t{0}, int64_t{3}}) {
+    p.max_rows = max_rows;
+    std::vector<at::Generator> all = generators();
+    const std::vector<Generated> together = generate(*model, many, p, all);
+    std::set<std::vector<int64_t>> distinct;
+    for (size_t r = 0; r < many.size(); ++r) {
+      INFO("max_rows " << max_rows << ", answer " << r);
+      std::vector<at::Generator> alone = {answer_generator(17, 0, static_cast<int64_t>(r), 0)};
+      SamplingParams one = p;
+      one.max_rows = 0;
+      const Generated single = generate(*model, {many[r]}, one, alone)[0];
+      CHECK(single.tokens == together[r].tokens);
+      REQUIRE(single.logprobs.size() == together[r].logprobs.size());
+      for (size_t k = 0; k < single.logprobs.size(); ++k)
+        CHECK(single.logprobs[k] == Approx(together[r].logprobs[k]).margin(1e-5));
+      if (many[r] == a) distinct.insert(together[r].tokens);
+    }
+    CHECK(distinct.size() == 4);  // the four answers to `a` were sampled apart
+  }
+}
+
 // Continuous batching: with at most max_rows answers in flight, a finished answer's
 // row goes to the next waiting prompt at once. Every answer, its log-probs and its
 // truncation equal those of one static batch (and so of the prompt generated alone).

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 #include "areal/model/packed_weights.h"
@@ -116,23 +117,46 @@ at::Tensor extend(RolloutModel& model, PagedKvCache& cache, const at::Tensor& id
 
 // Answers `answers` take new rows at the end of the cache, their prompts right-padded
 // into one prefill; returns each one's first logits [rows, this rank's vocabulary
-// columns] (and the prompts' experts, as extend).
+// columns] (and the prompts' experts, as extend). Answers to the same prompt (a group's
+// samples) share its prefill: the first one's row runs it, the others' rows get copies
+// of its keys and values, and all get its logits.
 at::Tensor start_answers(RolloutModel& model, PagedKvCache& cache, const std::vector<std::vector<int64_t>>& prompts,
                          const std::vector<int64_t>& answers, int64_t pad_id, std::vector<int64_t>& counts,
                          at::Tensor* experts) {
-  const int64_t n = static_cast<int64_t>(answers.size());
-  int64_t longest = 0;
-  for (int64_t a : answers) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[a].size()));
-  at::Tensor ids = at::full({n, longest}, pad_id, at::kLong);
-  std::vector<int64_t> rows(n);
+  const int64_t n = static_cast<int64_t>(answers.size()), first_row = cache.rows();
+  std::map<std::vector<int64_t>, int64_t> prefill_of;  // prompt -> its index among the prefilled
+  std::vector<int64_t> prefilled, which(n);            // answers whose rows run a prefill; each answer's
+  std::vector<int64_t> copied_from, copied_to;         // cache rows that get a prefilled row's copy
   counts.assign(n, 0);
+  int64_t longest = 0;
   for (int64_t b = 0; b < n; ++b) {
-    rows[b] = cache.rows() + b;
-    counts[b] = static_cast<int64_t>(prompts[answers[b]].size());
-    ids[b].narrow(0, 0, counts[b]).copy_(at::tensor(prompts[answers[b]], at::kLong));
+    const std::vector<int64_t>& prompt = prompts[answers[b]];
+    counts[b] = static_cast<int64_t>(prompt.size());
+    const auto [it, fresh] = prefill_of.emplace(prompt, static_cast<int64_t>(prefilled.size()));
+    which[b] = it->second;
+    if (fresh) {
+      prefilled.push_back(b);
+      longest = std::max(longest, counts[b]);
+    } else {
+      copied_from.push_back(first_row + prefilled[it->second]);
+      copied_to.push_back(first_row + b);
+    }
+  }
+  const int64_t unique = static_cast<int64_t>(prefilled.size());
+  at::Tensor ids = at::full({unique, longest}, pad_id, at::kLong);
+  std::vector<int64_t> rows(unique), unique_counts(unique);
+  for (int64_t u = 0; u < unique; ++u) {
+    rows[u] = first_row + prefilled[u];
+    unique_counts[u] = counts[prefilled[u]];
+    ids[u].narrow(0, 0, unique_counts[u]).copy_(at::tensor(prompts[answers[prefilled[u]]], at::kLong));
   }
   cache.add_rows(n);
-  return extend(model, cache, ids, rows, counts, experts);
+  at::Tensor logits = extend(model, cache, ids, rows, unique_counts, experts);
+  if (unique == n) return logits;
+  cache.copy_rows(copied_from, copied_to);
+  const at::Tensor index = at::tensor(which, at::kLong);
+  if (experts) *experts = experts->index_select(0, index);
+  return logits.index_select(0, index.to(logits.device()));
 }
 
 }  // namespace

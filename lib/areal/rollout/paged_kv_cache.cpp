@@ -54,6 +54,32 @@ void PagedKvCache::keep_rows(const std::vector<int64_t>& keep) {
   lengths_ = std::move(lengths);
 }
 
+void PagedKvCache::copy_rows(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() != to.size()) throw std::logic_error("PagedKvCache::copy_rows: as many rows to copy as copies");
+  std::vector<int64_t> source_blocks, target_blocks;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const std::vector<int64_t>& source = tables_.at(from[i]);
+    std::vector<int64_t>& target = tables_.at(to[i]);
+    if (lengths_.at(to[i]) != 0) throw std::logic_error(cat("PagedKvCache::copy_rows: row ", to[i], " is not empty"));
+    for (int64_t block : source) {
+      if (free_blocks_.empty())
+        throw std::logic_error(cat("PagedKvCache: no free block to copy row ", from[i], " into row ", to[i]));
+      target.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+      source_blocks.push_back(block);
+      target_blocks.push_back(target.back());
+    }
+    lengths_[to[i]] = lengths_[from[i]];
+  }
+  if (source_blocks.empty()) return;
+  const at::Tensor sources = at::tensor(source_blocks, at::kLong).to(device_);
+  const at::Tensor targets = at::tensor(target_blocks, at::kLong).to(device_);
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    keys_[layer].index_copy_(0, targets, keys_[layer].index_select(0, sources));
+    values_[layer].index_copy_(0, targets, values_[layer].index_select(0, sources));
+  }
+}
+
 CacheStep PagedKvCache::begin(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts, int64_t width) {
   CacheStep step;
   const int64_t batch = static_cast<int64_t>(rows.size());

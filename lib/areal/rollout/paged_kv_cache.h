@@ -49,6 +49,9 @@ class PagedKvCache {
   void add_rows(int64_t n);
   // Keeps rows `keep` (ascending), in that order; the others' blocks go back to the pool.
   void keep_rows(const std::vector<int64_t>& keep);
+  // Each empty row to[i] takes blocks of its own holding a copy of row from[i]'s tokens
+  // (answers to one prompt: one prefill, then copies of its keys and values).
+  void copy_rows(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 
   // A forward that appends counts[b] tokens to row rows[b] (its batch right-padded to
   // `width` tokens): a prefill of empty rows, one token per row (decoding), or several
