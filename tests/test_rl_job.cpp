@@ -172,12 +172,12 @@ TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's 
   };
   const std::vector<json> one = steps(1, "fsdp:d1");
   CHECK(one[1]["kl"].get<double>() > 0);
-  // Also packed micro-batches whose answers share their prompt (actor.share_prompts):
-  // each group's prompt runs once in the update, the log-prob recomputation and the
-  // KL reference's forward.
+  // Also packed micro-batches whose answers share their prompt (actor.share_prompts),
+  // data- and tensor-parallel: each group's prompt runs once in the update, the log-prob
+  // recomputation and the KL reference's forward.
   const std::vector<std::tuple<int, std::string, std::string>> shapes = {
       {2, "fsdp:d1c2", ""}, {4, "fsdp:d2c2", ""}, {2, "fsdp:d1t2", ""}, {4, "fsdp:d1t2c2", ""},
-      {2, "fsdp:d2", " actor.mb_spec.max_tokens_per_mb=200"}};
+      {2, "fsdp:d2", " actor.mb_spec.max_tokens_per_mb=200"}, {2, "fsdp:d1t2", " actor.mb_spec.max_tokens_per_mb=200"}};
   for (const auto& [np, backend, extra] : shapes) {
     const std::vector<json> got = steps(np, backend, extra);
     for (size_t i = 0; i < 2; ++i)
