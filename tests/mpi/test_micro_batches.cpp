@@ -16,6 +16,20 @@ using namespace areal;
 using areal::testing::g_comm;
 using areal::testing::g_me;
 
+// The llama fixture's policy on every rank, trained in float32.
+struct Float32Policy {
+  Config cfg = [] {
+    Config c;
+    c.model_path = source_path("tests/fixtures/models/llama");
+    c.device = "cpu";
+    c.actor.dtype = "float32";
+    c.actor.grad_reduce_dtype = "float32";
+    return c;
+  }();
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  Policy policy{cfg, *init.model, *g_comm};
+};
+
 TEST_CASE("micro-batches: first-fit decreasing respects the budget and places every sequence once", "[mpi][micro]") {
   const std::vector<int64_t> lengths = {5, 9, 3, 12, 7, 2, 20};
   auto groups = first_fit_decreasing(lengths, 12);
@@ -34,14 +48,9 @@ TEST_CASE("micro-batches: first-fit decreasing respects the budget and places ev
 }
 
 TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of one padded batch", "[mpi][micro]") {
-  Config cfg;
-  cfg.model_path = source_path("tests/fixtures/models/llama");
-  cfg.device = "cpu";
-  InitResult init = staged_init(cfg, g_me, *g_comm);
-  ShardedModel& model = *init.model;
-  cfg.actor.dtype = "float32";
-  cfg.actor.grad_reduce_dtype = "float32";
-  Policy policy(cfg, model, *g_comm);
+  Float32Policy fixture;
+  ShardedModel& model = *fixture.init.model;
+  Policy& policy = fixture.policy;
 
   // Rank r has 3 + 2r sequences of 3..14 tokens: ranks need different numbers of
   // micro-batches, so the ones with fewer run empty ones.
@@ -102,14 +111,9 @@ TEST_CASE("micro-batches: packed micro-batches give the loss and gradients of on
 
 TEST_CASE("micro-batches: answers sharing their prompt give the loss and gradients of one padded batch",
           "[mpi][micro]") {
-  Config cfg;
-  cfg.model_path = source_path("tests/fixtures/models/llama");
-  cfg.device = "cpu";
-  InitResult init = staged_init(cfg, g_me, *g_comm);
-  ShardedModel& model = *init.model;
-  cfg.actor.dtype = "float32";
-  cfg.actor.grad_reduce_dtype = "float32";
-  Policy policy(cfg, model, *g_comm);
+  Float32Policy fixture;
+  ShardedModel& model = *fixture.init.model;
+  Policy& policy = fixture.policy;
 
   // Per rank 3 groups of 3 answers (1..7 tokens) to prompts of 3..8 tokens, and one row
   // that is its prompt alone (no answer: shares nothing). Targets: the answers' tokens.
