@@ -289,17 +289,20 @@ std::vector<OptionSpec> declare_options() {
                                       "model: refused."),
       OPTION(actor.mb_spec.max_tokens_per_mb).doc("Split each minibatch into micro-batches of at most this many "
                                                   "tokens, each one packed row without padding (first-fit "
-                                                  "decreasing; a longer sequence goes alone). 0: one padded "
-                                                  "micro-batch per minibatch.").at_least(0),
+                                                  "decreasing; a longer sequence goes alone). 0: one micro-batch "
+                                                  "per minibatch, padded (SFT; RL where actor.share_prompts does "
+                                                  "not apply) or packed (RL with shared prompts).").at_least(0),
       OPTION(actor.mb_spec.packing_algorithm).doc("How sequences are packed into micro-batches under "
                                                   "max_tokens_per_mb: `ffd` (first fit decreasing, AReaL's "
                                                   "default and the one built in; AReaL's `kk` is refused)."),
-      OPTION(actor.share_prompts).doc("RL with packed micro-batches (actor.mb_spec.max_tokens_per_mb > 0): "
-                                      "the answers to one prompt in a micro-batch hold the prompt once and "
+      OPTION(actor.share_prompts).doc("RL: the PPO updates and log-prob recomputations run packed "
+                                      "micro-batches (one per minibatch when actor.mb_spec.max_tokens_per_mb "
+                                      "is 0) in which the answers to one prompt hold the prompt once and "
                                       "attend to that copy, so its forward and backward run once, not once "
-                                      "per answer (the same loss and gradients up to rounding). Off for "
+                                      "per answer (the same loss and gradients up to rounding). Not for "
                                       "dynamic NTK rope scaling, context parallelism and a mixture of "
-                                      "experts' recorded routing. areal-train's own option."),
+                                      "experts' recorded routing (padded or plain packed rows there). "
+                                      "areal-train's own option."),
       OPTION(actor.use_lora).doc("Train LoRA adapters instead of the full weights (the base is frozen)."),
       OPTION(actor.lora_rank).doc("LoRA rank.").at_least(1),
       OPTION(actor.lora_alpha).doc("LoRA alpha (scale = alpha / rank).").at_least(1),
