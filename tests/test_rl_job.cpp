@@ -155,8 +155,9 @@ TEST_CASE("rl job: GRPO on a Qwen3-MoE under mpirun -np 2 (tensor-parallel gener
 // with a KL reference, recomputed log-probs and two minibatches give one process's figures.
 TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's steps", "[rl][binary][mpi]") {
   const fs::path root = fresh_dir("context");
+  int runs = 0;
   auto steps = [&](int np, const std::string& backend, const std::string& extra = "") {
-    const fs::path dir = root / (std::to_string(np) + backend.substr(5) + (extra.empty() ? "" : "packed"));
+    const fs::path dir = root / (std::to_string(np) + backend.substr(5) + "_" + std::to_string(runs++));
     Result r = run(kMpirun + " -np " + std::to_string(np) + " " + kBin + " --config configs/ci_smoke.yaml total_train_steps=2"
                    " valid_dataset.path= stats_logger.tensorboard.path= actor.backend=" + backend +
                    // A random model earns no reward: a constant advantage of 1 still moves the policy.
@@ -172,6 +173,16 @@ TEST_CASE("rl job: GRPO with context and tensor parallelism gives one process's 
   };
   const std::vector<json> one = steps(1, "fsdp:d1");
   CHECK(one[1]["kl"].get<double>() > 0);
+  // One process's update is one packed micro-batch whose groups share their prompts
+  // (actor.share_prompts, the default); without sharing, padded rows: more tokens run,
+  // the same steps.
+  const std::vector<json> unshared = steps(1, "fsdp:d1", " actor.share_prompts=false");
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("step " << i + 1);
+    CHECK(unshared[i]["train_forward_tokens"].get<double>() > one[i]["train_forward_tokens"].get<double>());
+    for (const char* key : {"loss", "grad_norm", "kl", "entropy"})
+      CHECK(unshared[i][key].get<double>() == Approx(one[i][key].get<double>()).epsilon(1e-4).margin(1e-7));
+  }
   // Also packed micro-batches whose answers share their prompt (actor.share_prompts),
   // data- and tensor-parallel: each group's prompt runs once in the update, the log-prob
   // recomputation and the KL reference's forward.

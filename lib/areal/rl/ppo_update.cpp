@@ -77,6 +77,7 @@ at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r
 // One minibatch's sums (this rank's) and whether its loss was finite on every rank.
 struct MinibatchSums {
   double loss = 0, clipped = 0, dual_clipped = 0, entropy = 0;
+  double forward_tokens = 0;  // what the micro-batches' forwards ran (a tensor-parallel group's once)
   bool finite = true;
 };
 
@@ -123,6 +124,7 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
     sums.clipped += (pl.clipped.to(at::kFloat) * mask).sum().item<double>();
     sums.dual_clipped += (pl.dual_clipped.to(at::kFloat) * mask).sum().item<double>();
     sums.entropy += (tl.entropy * mask).sum().item<double>();
+    if (!mb.rows().empty() && policy.tensor_rank() == 0) sums.forward_tokens += static_cast<double>(mb.tokens());
   }
   return sums;
 }
@@ -235,6 +237,7 @@ UpdateFigures ppo_update(const Config& cfg, const Rollout& r, const StepAdvantag
     figures.clipped += sums.clipped;
     figures.dual_clipped += sums.dual_clipped;
     figures.entropy += sums.entropy;
+    figures.forward_tokens += sums.forward_tokens;
   }
   // Context parallelism: the token figures of the group's chunks, on each of its ranks.
   if (Communicator* group = policy.context_comm()) {

@@ -41,6 +41,7 @@ StepAdvantages compute_advantages(const Config& cfg, StepRollout& rollout, Polic
 // Sums over this rank's answer tokens and the minibatches that updated.
 struct UpdateFigures {
   double loss = 0;       // sum over the updates of each one's loss
+  double forward_tokens = 0;  // the tokens the updates' forwards ran on this rank (0 on tensor ranks > 0)
   double clipped = 0, dual_clipped = 0, entropy = 0;  // token sums
   double grad_norm = 0;  // sum over the updates
   double lr = 0;         // the last update's

@@ -32,7 +32,7 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
   }
   enum Sum { kRewardSum, kRewardSq, kCorrect, kRows, kTokens, kTruncated, kClipped, kDual, kEntropy, kKl, kFailures,
              kTrainTokens, kKept, kStale, kFiltered, kEpisodes, kTurns, kToolMessages, kEnvFailures, kLimitEnds,
-             kEnvTokens, kEnvSeconds, kSums };
+             kEnvTokens, kEnvSeconds, kForwardTokens, kSums };
   const EpisodeCounts& e = r.episodes;
   at::Tensor sums = at::tensor(
       {reward_sum, reward_sq, correct, rows, static_cast<double>(r.answer_tokens), static_cast<double>(r.truncated),
@@ -41,7 +41,7 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
        adv.kept.defined() ? adv.kept.sum().item<double>() : rows, stale_sum, adv.filtered_tokens,
        static_cast<double>(e.episodes), static_cast<double>(e.turns), static_cast<double>(e.tool_messages),
        static_cast<double>(e.env_failures), static_cast<double>(e.limit_ends), static_cast<double>(e.env_tokens),
-       e.env_seconds},
+       e.env_seconds, u.forward_tokens},
       at::kDouble);
   comm.all_reduce(sums, ReduceOp::Sum);
   // Peak memory is the host's high-water mark; a GPU allocator's peak is not recorded yet.
@@ -82,6 +82,7 @@ StepStats gather_step_stats(int64_t step, int64_t total_steps, int64_t epoch, si
   // (generation runs beside it, rollout_seconds is only the trainers' wait).
   st.gen_tokens_per_second = s(kTokens) / std::max(1e-9, asynchronous ? parts.step_seconds : mx(kRollout));
   st.train_tokens_per_second = s(kTrainTokens) / std::max(1e-9, mx(kTrain));
+  st.train_forward_tokens = s(kForwardTokens);
   st.peak_memory_bytes = mx(kPeak);
   st.rollout_weight_bytes = mx(kWeights);
   st.rollout_cache_bytes = mx(kCache);
@@ -122,6 +123,7 @@ Stats stats_row(const Config& cfg, const StepStats& s, const StepRollout& rollou
                {"train_seconds", s.train_seconds},
                {"gen_tokens_per_second", s.gen_tokens_per_second},
                {"train_tokens_per_second", s.train_tokens_per_second},
+               {"train_forward_tokens", s.train_forward_tokens},
                {"peak_memory_bytes", s.peak_memory_bytes},
                {"rollout_weight_bytes", s.rollout_weight_bytes},
                {"rollout_cache_bytes", s.rollout_cache_bytes},

@@ -22,6 +22,7 @@ struct StepStats {
   double loss = 0, clip_fraction = 0, dual_clip_fraction = 0, entropy = 0, kl = 0, grad_norm = 0, lr = 0;
   double rollout_seconds = 0, train_seconds = 0, step_seconds = 0, weight_sync_seconds = 0;
   double gen_tokens_per_second = 0, train_tokens_per_second = 0;
+  double train_forward_tokens = 0;  // what the updates' forwards ran, all ranks (shared prompts once, padding counted)
   double peak_memory_bytes = 0, rollout_weight_bytes = 0, rollout_cache_bytes = 0;
   double reward_failures = 0;
   double kept_answers = 0;  // DAPO's dynamic sampling: answers that stayed
