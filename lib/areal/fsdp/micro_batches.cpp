@@ -7,12 +7,12 @@
 #include <stdexcept>
 
 namespace areal {
-namespace {
 
-// Whether a packed micro-batch of `set` shares prompts (MicroBatch).
 bool shares_prompts(const PaddedSequences& set, const ContextChunk& context) {
   return !set.prompt_lengths.empty() && context.ranks <= 1 && !set.experts.defined();
 }
+
+namespace {
 
 // Whether rows a and b of `set` start with the same prompt and each has tokens after it.
 bool share_prompt(const PaddedSequences& set, int64_t a, int64_t b) {

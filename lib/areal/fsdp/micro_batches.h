@@ -92,6 +92,10 @@ class MicroBatch {
   int64_t first_ = 0;   // the row position of laid-out column 0 (this rank's chunk)
 };
 
+// Whether packed micro-batches of `set` share its rows' prompts: prompt lengths given,
+// no context parallelism, no recorded experts (else its rows stay unshared).
+bool shares_prompts(const PaddedSequences& set, const ContextChunk& context);
+
 // Groups of `lengths` indices, each summing to at most max_tokens (a longer sequence
 // alone), first-fit decreasing; groups in creation order, indices ascending in each.
 std::vector<std::vector<int64_t>> first_fit_decreasing(const std::vector<int64_t>& lengths, int64_t max_tokens);

@@ -35,21 +35,19 @@ TokenLogprobs answer_token_logprobs(const MicroBatch& mb, Policy& policy, Policy
   return {MicroBatch::spread(mask, at.logprobs.squeeze(0)), MicroBatch::spread(mask, at.entropy.squeeze(0))};
 }
 
-// Whether a group's answers share their prompt in packed micro-batches
-// (actor.share_prompts; MicroBatch): not under dynamic NTK scaling, whose rotary tables
-// depend on each whole sequence's length, nor with context parallelism or recorded
-// experts (MicroBatch keeps those rows unshared).
-bool shares_prompts(const ActorConfig& actor, const Policy& policy, const Rollout& r) {
-  return actor.share_prompts && policy.config().rope_scaling.type != "dynamic" && policy.context_chunk().ranks <= 1 &&
-         !r.experts.defined();
+// The rollout's rows for micro-batches, a group's answers sharing their prompt
+// (actor.share_prompts; MicroBatch) unless under dynamic NTK scaling, whose rotary
+// tables depend on each whole sequence's length.
+PaddedSequences update_sequences(const ActorConfig& actor, const Policy& policy, const Rollout& r) {
+  return r.sequences(actor.share_prompts && policy.config().rope_scaling.type != "dynamic");
 }
 
 // The update's micro-batch token budget: actor.mb_spec's; at 0 (one micro-batch per
-// minibatch), packed without a budget where the answers share their prompts (AReaL's
-// one micro-batch is packed too), else padded.
-int64_t micro_batch_tokens(const ActorConfig& actor, const Policy& policy, const Rollout& r) {
+// minibatch), packed without a budget where the rows share their prompts (AReaL's one
+// micro-batch is packed too), else padded.
+int64_t micro_batch_tokens(const ActorConfig& actor, const Policy& policy, const PaddedSequences& set) {
   if (actor.mb_spec.max_tokens_per_mb > 0) return actor.mb_spec.max_tokens_per_mb;
-  return shares_prompts(actor, policy, r) ? std::numeric_limits<int64_t>::max() / 2 : 0;
+  return shares_prompts(set, policy.context_chunk()) ? std::numeric_limits<int64_t>::max() / 2 : 0;
 }
 
 // Log-probs of the rollout's targets under the policy's `weights` without a graph:
@@ -58,9 +56,9 @@ int64_t micro_batch_tokens(const ActorConfig& actor, const Policy& policy, const
 at::Tensor score_rollout(Policy& policy, PolicyWeights weights, const Rollout& r, int64_t n_chunks,
                          const ActorConfig& actor, const at::Device& device) {
   at::NoGradGuard no_grad;
-  const int64_t rows = r.ids.size(0), max_tokens_per_mb = micro_batch_tokens(actor, policy, r);
+  const PaddedSequences set = update_sequences(actor, policy, r);
+  const int64_t rows = r.ids.size(0), max_tokens_per_mb = micro_batch_tokens(actor, policy, set);
   const double temperature = actor.temperature;
-  const PaddedSequences set = r.sequences(shares_prompts(actor, policy, r));
   at::Tensor out = at::zeros_like(r.old_logp);
   for (int64_t c = 0; c < n_chunks; ++c) {
     for (const MicroBatch& mb : micro_batches(set, rows * c / n_chunks, rows * (c + 1) / n_chunks, max_tokens_per_mb,
@@ -90,9 +88,9 @@ MinibatchSums minibatch_backward(const Config& cfg, const Rollout& r, const Step
                                  const at::Device& device) {
   const ActorConfig& actor = cfg.actor;
   MinibatchSums sums;
-  const PaddedSequences set = r.sequences(shares_prompts(actor, policy, r));
+  const PaddedSequences set = update_sequences(actor, policy, r);
   for (const MicroBatch& mb :
-       micro_batches(set, begin, end, micro_batch_tokens(actor, policy, r), comm, device, policy.context_chunk())) {
+       micro_batches(set, begin, end, micro_batch_tokens(actor, policy, set), comm, device, policy.context_chunk())) {
     // The micro-batch's share of the minibatch's loss tokens (a mixture of experts'
     // load-balancing loss follows it: Policy::forward).
     const at::Tensor loss_mask = mb.lay_out(r.loss_mask);
