@@ -384,9 +384,16 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   const TensorParallel* tensor = parallel.tensor;
   at::Tensor h = model_norm(c, x, w("input_layernorm.weight"));
   if (tensor) h = tensor->enter(h);
-  at::Tensor q = linear(h, "self_attn.q_proj").view({batch, length, heads, head_dim});
-  at::Tensor k = linear(h, "self_attn.k_proj").view({batch, length, kv_heads, head_dim});
-  at::Tensor v = linear(h, "self_attn.v_proj").view({batch, length, kv_heads, head_dim}).transpose(1, 2);
+  // q, k and v as one product where the weights hold them fused (the rollout's,
+  // rollout_model.h), its columns split.
+  const at::Tensor qkv = w("self_attn.qkv_proj.weight").defined() ? linear(h, "self_attn.qkv_proj") : at::Tensor();
+  auto projection = [&](const char* name, int64_t first, int64_t count) {
+    const at::Tensor out = qkv.defined() ? qkv.narrow(-1, first * head_dim, count * head_dim) : linear(h, name);
+    return out.view({batch, length, count, head_dim});
+  };
+  at::Tensor q = projection("self_attn.q_proj", 0, heads);
+  at::Tensor k = projection("self_attn.k_proj", heads, kv_heads);
+  at::Tensor v = projection("self_attn.v_proj", heads + kv_heads, kv_heads).transpose(1, 2);
   if (c.qk_norm) {  // Qwen3 and Gemma 3 normalize each head before the rotation
     q = model_norm(c, q, w("self_attn.q_norm.weight"));
     k = model_norm(c, k, w("self_attn.k_norm.weight"));
@@ -443,9 +450,17 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   if (c.layer_is_sparse(layer)) {
     mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, parallel.experts);
   } else {
-    at::Tensor gate = linear(m, "mlp.gate_proj");
+    at::Tensor gate, up;
+    if (w("mlp.gate_up_proj.weight").defined()) {  // fused as q, k and v above
+      const at::Tensor both = linear(m, "mlp.gate_up_proj");
+      gate = both.narrow(-1, 0, both.size(-1) / 2);
+      up = both.narrow(-1, both.size(-1) / 2, both.size(-1) / 2);
+    } else {
+      gate = linear(m, "mlp.gate_proj");
+      up = linear(m, "mlp.up_proj");
+    }
     gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);
-    mlp = linear(gate * linear(m, "mlp.up_proj"), "mlp.down_proj");
+    mlp = linear(gate * up, "mlp.down_proj");
   }
   if (reduce) reduce(mlp);
   if (c.gemma) mlp = model_norm(c, mlp, w("post_feedforward_layernorm.weight"));

@@ -36,6 +36,25 @@ int64_t tensor_parallel_kv_heads(const ModelConfig& c, int64_t t) {
 
 namespace {
 
+// Products that read the same input, run as one by decoder_layer (functional.h): at the
+// few rows of a decode step each call's fixed cost and each small weight's poor use of
+// the matrix unit count (q 640 x 640, k and v 128 x 640 in the bench model).
+struct FusedProduct {
+  const char* name;
+  std::vector<std::string> parts;  // in the fused weight's row order
+};
+const FusedProduct kFusedProducts[] = {
+    {"self_attn.qkv_proj", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
+    {"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}},
+};
+
+bool is_fused_part(const std::string& inside) {
+  for (const FusedProduct& f : kFusedProducts)
+    for (const std::string& part : f.parts)
+      if (inside == part + ".weight" || inside == part + ".bias") return true;
+  return false;
+}
+
 // "model.layers.12.mlp.up_proj.weight" -> (12, "mlp.up_proj.weight"); -1 for other names.
 std::pair<int64_t, std::string> split_layer_name(const std::string& name) {
   const std::string prefix = "model.layers.";
@@ -132,7 +151,34 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     }
   }
   if (!slice.defined()) return;
-  layers_.at(layer)[inside] = ends_with(inside, "_proj.weight") ? packed(kept(slice)) : kept(slice);
+  // A fused product's parts wait unpacked for the rest of their group (fuse_products).
+  std::map<std::string, at::Tensor>& weights = layers_.at(layer);
+  const bool part = is_fused_part(inside);
+  weights[inside] = ends_with(inside, "_proj.weight") && !part ? packed(kept(slice)) : kept(slice);
+  if (part) fuse_products(weights);
+}
+
+void RolloutModel::fuse_products(std::map<std::string, at::Tensor>& weights) {
+  auto find = [&](const std::string& name) {
+    auto it = weights.find(name);
+    return it == weights.end() ? at::Tensor() : it->second;
+  };
+  for (const FusedProduct& f : kFusedProducts) {
+    std::vector<at::Tensor> parts, biases;
+    for (const std::string& part : f.parts) {
+      if (at::Tensor w = find(part + ".weight"); w.defined()) parts.push_back(w);
+      if (at::Tensor b = find(part + ".bias"); b.defined()) biases.push_back(b);
+    }
+    // All the weights here, and all their biases or none (a part's bias may come after it).
+    if (parts.size() != f.parts.size() || (!biases.empty() && biases.size() != parts.size())) continue;
+    at::Tensor weight = at::cat(parts), bias = biases.empty() ? at::Tensor() : at::cat(biases);
+    for (const std::string& part : f.parts) {
+      weights.erase(part + ".weight");
+      weights.erase(part + ".bias");
+    }
+    weights[cat(f.name, ".weight")] = can_pack_weight(weight) ? pack_weight(weight) : weight;
+    if (bias.defined()) weights[cat(f.name, ".bias")] = bias;
+  }
 }
 
 int64_t RolloutModel::weight_bytes() const {
@@ -146,8 +192,26 @@ int64_t RolloutModel::weight_bytes() const {
 std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
   std::map<std::string, at::Tensor> out = {{"model.embed_tokens.weight", embed_}, {"model.norm.weight", norm_}};
   if (!config_.tie_word_embeddings) out["lm_head.weight"] = unpacked_weight(head_);
-  for (size_t i = 0; i < layers_.size(); ++i)
-    for (const auto& [name, t] : layers_[i]) out[cat("model.layers.", i, ".", name)] = unpacked_weight(t);
+  // A fused product's rows, back into its parts: q, k and v by their heads, gate and up halves.
+  const int64_t q_rows = local_.num_attention_heads * local_.head_dim, kv_rows = local_.num_key_value_heads * local_.head_dim;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const auto& [name, t] : layers_[i]) {
+      const std::string prefix = cat("model.layers.", i, ".");
+      const FusedProduct* fused = nullptr;
+      for (const FusedProduct& f : kFusedProducts)
+        if (starts_with(name, cat(f.name, "."))) fused = &f;
+      if (!fused) {
+        out[prefix + name] = unpacked_weight(t);
+        continue;
+      }
+      const std::string kind = name.substr(std::string(fused->name).size());  // ".weight" or ".bias"
+      const at::Tensor whole = unpacked_weight(t);
+      const std::vector<int64_t> rows = fused->parts.size() == 3 ? std::vector<int64_t>{q_rows, kv_rows, kv_rows}
+                                                                 : std::vector<int64_t>{whole.size(0) / 2, whole.size(0) / 2};
+      const std::vector<at::Tensor> pieces = whole.split_with_sizes(rows);
+      for (size_t p = 0; p < pieces.size(); ++p) out[prefix + fused->parts[p] + kind] = pieces[p];
+    }
+  }
   return out;
 }
 

@@ -9,6 +9,9 @@
 //     an all-reduce sums the rows) and the head (each rank keeps its columns of the
 //     logits; sampling agrees on the token without joining them, sampling.h);
 //   - the norms whole (a few KiB).
+// A layer's q, k and v slices are held as one weight (self_attn.qkv_proj), and gate and
+// up as one (mlp.gate_up_proj): one product each in the forward (functional.h);
+// named_slices() gives them back by their Hugging Face names.
 // So a rank holds weights/t and a KV cache for its kv_heads/t. The slices come straight
 // from the FSDP shards, one unit at a time: at most one unit is whole on a rank beyond
 // its slices (docs/rl.md). With t = 1 the whole model is this rank's slice.
@@ -83,6 +86,9 @@ class RolloutModel {
  private:
   // Keeps this rank's part of weight `name` (Hugging Face name); `own`: as a copy.
   void add_slice(const std::string& name, const at::Tensor& whole, bool own);
+  // A layer's q, k, v (and gate, up) slices, once all here, replaced by one fused
+  // product's weight (self_attn.qkv_proj, mlp.gate_up_proj), packed.
+  void fuse_products(std::map<std::string, at::Tensor>& weights);
   void all_reduce(at::Tensor& t);
 
   ModelConfig config_;
