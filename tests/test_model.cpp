@@ -17,6 +17,7 @@
 #include "areal/util/strings.h"
 #include "areal/model/hf_weights.h"
 #include "areal/model/fused_rotary.h"
+#include "areal/model/mixed_attention.h"
 #include "areal/model/rms_norm.h"
 #include "test_paths.h"
 
@@ -279,6 +280,29 @@ TEST_CASE("model: the fused RMSNorm gives the eager ops' values and gradients", 
           CHECK((got[i] != eager[i]).to(at::kDouble).mean().item<double>() < 0.01);
       }
     }
+  }
+}
+
+TEST_CASE("model: bfloat16 attention with a float32 backward is as close to float64 as torch's bfloat16 SDPA", "[model][norm]") {
+  // Grouped-query heads (10 query heads on 2 key/value heads), causal, 94 tokens: the
+  // packed training rows' shape. Scores scaled up (x3) so that some rows are peaked.
+  at::manual_seed(11);
+  const at::Tensor q0 = at::randn({4, 10, 94, 64}, at::kDouble) * 3, k0 = at::randn({4, 2, 94, 64}, at::kDouble);
+  const at::Tensor v0 = at::randn({4, 2, 94, 64}, at::kDouble), dy = at::randn({4, 10, 94, 64}, at::kDouble);
+  auto run = [&](bool mixed, at::ScalarType type) {
+    at::Tensor q = q0.to(type).requires_grad_(), k = k0.to(type).requires_grad_(), v = v0.to(type).requires_grad_();
+    at::Tensor y = mixed ? mixed_precision_attention(q, k, v, std::nullopt)
+                         : at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
+    y.backward(dy.to(type));
+    return std::vector<at::Tensor>{y.to(at::kDouble), q.grad().to(at::kDouble), k.grad().to(at::kDouble),
+                                   v.grad().to(at::kDouble)};
+  };
+  const auto got = run(true, at::kBFloat16), sdpa = run(false, at::kBFloat16), exact = run(false, at::kDouble);
+  for (int i = 0; i < 4; ++i) {
+    INFO("output " << i << " (0: attention, 1-3: gradients of q, k, v)");
+    auto error = [&](const at::Tensor& t) { return ((t - exact[i]).norm() / exact[i].norm()).item<double>(); };
+    CHECK(error(got[i]) < 1e-2);
+    CHECK(error(got[i]) <= error(sdpa[i]) * 1.05);
   }
 }
 

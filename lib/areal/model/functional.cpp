@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "areal/model/mixed_attention.h"
 #include "areal/model/packed_weights.h"
 #include "areal/model/rms_norm.h"
 #include "areal/model/rotary.h"
@@ -109,9 +110,9 @@ at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at
 
 // On the CPU torch's bfloat16 flash-attention backward costs 2-3x its float32 one on short
 // sequences (about even at 192 keys, faster beyond; docs/training.md, "Precision"): a
-// forward that will be back-propagated attends over fewer keys in float32, which rounds
-// no worse. float16 is treated alike.
-static bool attends_in_float32(const at::Tensor& q, const at::Tensor& k) {
+// forward that will be back-propagated over fewer keys runs its backward in float32
+// (mixed_attention.h; with a mask, forward and backward in float32). float16 alike.
+static bool backward_in_float32(const at::Tensor& q, const at::Tensor& k) {
   constexpr int64_t kFloatBelowKeys = 192;
   return q.device().is_cpu() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
          k.size(2) < kFloatBelowKeys && at::GradMode::is_enabled() && q.requires_grad();
@@ -130,10 +131,12 @@ at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k
   const std::optional<double> scale = c.attention_scale > 0 ? std::optional<double>(c.attention_scale) : std::nullopt;
   if (c.attn_logit_softcapping <= 0) {
     const std::optional<at::Tensor> allowed = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
-    if (attends_in_float32(q, k))
+    if (backward_in_float32(q, k)) {
+      if (causal && !mask.defined()) return mixed_precision_attention(q, k, v, scale);  // packed rows
       return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, 0.0,
                                               causal, scale, gqa)
           .to(q.scalar_type());
+    }
     return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, causal, scale, gqa);
   }
   // Soft-capped scores: SDPA cannot, so as transformers' eager attention.
