@@ -123,15 +123,15 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     return out;
   };
   // The products' weights packed for the CPU (packed_weights.h): a packed copy replaces
-  // the slice, or sits beside a shared or tied one.
-  auto packed = [](const at::Tensor& weight) { return can_pack_weight(weight) ? pack_weight(weight) : weight; };
+  // the slice (so it needs no copy of its own first), or sits beside a shared or tied one.
+  auto packed = [&](const at::Tensor& weight) { return can_pack_weight(weight) ? pack_weight(weight) : kept(weight); };
   if (name == "model.embed_tokens.weight") {
     embed_ = kept(vocab_slice());
     if (config_.tie_word_embeddings) head_ = packed(embed_);
     return;
   }
   if (name == "lm_head.weight") {
-    head_ = packed(kept(vocab_slice()));
+    head_ = packed(vocab_slice());
     return;
   }
   if (name == "model.norm.weight") {
@@ -151,10 +151,11 @@ void RolloutModel::add_slice(const std::string& name, const at::Tensor& whole, b
     }
   }
   if (!slice.defined()) return;
-  // A fused product's parts wait unpacked for the rest of their group (fuse_products).
+  // A fused product's parts wait for the rest of their group, which comes in the same
+  // unit (fuse_products copies them into one weight).
   std::map<std::string, at::Tensor>& weights = layers_.at(layer);
   const bool part = is_fused_part(inside);
-  weights[inside] = ends_with(inside, "_proj.weight") && !part ? packed(kept(slice)) : kept(slice);
+  weights[inside] = part ? slice : ends_with(inside, "_proj.weight") ? packed(slice) : kept(slice);
   if (part) fuse_products(weights);
 }
 
