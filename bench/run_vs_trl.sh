@@ -6,8 +6,10 @@
 # reward (bench/reference/parity_reward.py), group-normalized rewards, no KL, one optimizer
 # step per batch, float32, one process each with the machine's torch threads. Each
 # step's wall time and its generation part, the first step left out (warm-up).
-# areal-train trains in packed micro-batches of at most 2,048 tokens (AReaL's CPU GRPO
-# example's actor.mb_spec), where a group's answers share their prompt (actor.share_prompts).
+# Both train the step's rows in one forward and backward, as TRL's per-device batch of
+# PROMPTS x GROUP rows without accumulation does: areal-train at its default budget
+# (actor.mb_spec.max_tokens_per_mb 0: one packed micro-batch, a group's answers sharing
+# their prompt, actor.share_prompts). MB_TOKENS sets a budget (AReaL's CPU GRPO example: 2048).
 # Installs trl and datasets into the venv the first time (pip).
 # Then the training phase alone with its per-operation profile (bench/train_step_bench.cpp).
 # Writes bench/results/vs_trl.json and vs_trl.md.
@@ -44,7 +46,7 @@ for round in $(seq 1 "$ROUNDS"); do
   "$AREAL_BIN" --job rl --model_path "$model" --chat_template none --train_dataset.path "$work/prompts.jsonl" \
     --train_dataset.batch_size "$PROMPTS" --train_dataset.shuffle false --gconfig.n_samples "$GROUP" \
     --gconfig.max_new_tokens "$NEW" --gconfig.temperature 1 --actor.group_size "$GROUP" --actor.ppo_n_minibatches 1 \
-    --actor.kl_ctl 0 --actor.dtype "$DTYPE" --actor.mb_spec.max_tokens_per_mb 2048 \
+    --actor.kl_ctl 0 --actor.dtype "$DTYPE" --actor.mb_spec.max_tokens_per_mb "${MB_TOKENS:-0}" \
     --actor.reward_norm.mean_level group --actor.reward_norm.std_level group --actor.reward_norm.group_size "$GROUP" \
     --actor.adv_norm.mean_level none --actor.adv_norm.std_level none --optimizer.lr "$LR" \
     --optimizer.lr_scheduler_type constant --optimizer.warmup_steps_proportion 0 --total_train_steps "$STEPS" \
@@ -61,11 +63,11 @@ done
 echo "== the training phase's profile (areal_train_step_bench)"
 "$AREAL_BUILD/bench/areal_train_step_bench" "$model" "$work/train_step.json" "$((PROMPTS * GROUP))" "$((NEW + 30))" \
   "${STEPS}" "$DTYPE" "$GROUP" 30
-"$PY" - "$work" "$results" "$PROMPTS" "$GROUP" "$NEW" "$suffix" "$DTYPE" "$ROUNDS" <<'PY'
+"$PY" - "$work" "$results" "$PROMPTS" "$GROUP" "$NEW" "$suffix" "$DTYPE" "$ROUNDS" "${MB_TOKENS:-0}" <<'PY'
 import datetime, json, os, platform, sys
 import torch
 work, results, prompts, group, new, suffix, dtype = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), *sys.argv[6:8]
-rounds = int(sys.argv[8])
+rounds, mb_tokens = int(sys.argv[8]), int(sys.argv[9])
 # Per round, the steps after its first (warm-up).
 areal_rounds, trl_rounds = [], []
 for r in range(1, rounds + 1):
@@ -80,7 +82,7 @@ a_step, a_gen = mean([r["step_seconds"] for r in areal]), mean([r["rollout_secon
 t_step, t_gen = mean([s["seconds"] for s in trl]), mean([s["generation_seconds"] for s in trl])
 meta = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(), "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(), "dtype": dtype, "prompts_per_step": prompts, "group": group,
-        "new_tokens": new, "rounds": rounds, "steps_timed": min(len(areal), len(trl)),
+        "new_tokens": new, "rounds": rounds, "areal_max_tokens_per_mb": mb_tokens, "steps_timed": min(len(areal), len(trl)),
         "round_ratios": [mean([x["step_seconds"] for x in a[1:]]) / mean([x["seconds"] for x in t[1:]])
                          for a, t in zip(areal_rounds, trl_rounds)]}
 rows = {"areal_step_seconds": a_step, "areal_rollout_seconds": a_gen, "areal_rest_seconds": a_step - a_gen,
@@ -90,7 +92,9 @@ profile = json.load(open(f"{work}/train_step.json"))
 json.dump({"meta": meta, "figures": rows, "areal_steps": areal_rounds, "trl_steps": trl_rounds, "train_step_profile": profile},
           open(os.path.join(results, f"vs_trl{suffix}.json"), "w"), indent=1)
 lines = [f"Measured {meta['date']} on {meta['cores']} cores ({meta['machine']}), torch {meta['torch']}, CPU, {dtype}; "
-         f"{prompts} prompts x {group} answers of up to {new} tokens per step; {rounds} rounds of each side in turn, "
+         f"{prompts} prompts x {group} answers of up to {new} tokens per step, "
+         + (f"areal-train in micro-batches of up to {mb_tokens} tokens" if mb_tokens else "one forward and backward a step on each side")
+         + f"; {rounds} rounds of each side in turn, "
          f"the mean of {meta['steps_timed']} steps (each round's first left out); the rounds' step ratios: "
          + ", ".join(f"{x:.2f}" for x in meta["round_ratios"]) + ".", "",
          "| | areal-train | TRL GRPOTrainer | ratio |", "|---|---|---|---|",
