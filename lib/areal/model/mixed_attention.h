@@ -8,7 +8,8 @@
 // (scores and sums in float32, the probabilities rounded for their product with the
 // values), and the backward casts the saved inputs, output and gradient to float32 and
 // runs torch's float32 flash backward from the forward's log-sum-exp; the gradients are
-// cast back. Grouped-query heads read their shared key/value heads in place (the flash ops take them).
+// cast back. Grouped-query heads read their shared key/value heads in place (the flash
+// ops take them).
 #pragma once
 
 #include <ATen/core/Tensor.h>
