@@ -48,6 +48,14 @@ const FusedProduct kFusedProducts[] = {
     {"mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"}},
 };
 
+// Each part's rows in fused product `f` of `total` rows on a rank holding `local`'s heads:
+// q, k and v by their heads, gate and up halves (as decoder_layer splits the product).
+std::vector<int64_t> part_rows(const FusedProduct& f, const ModelConfig& local, int64_t total) {
+  if (std::string(f.name) != "self_attn.qkv_proj") return {total / 2, total / 2};
+  const int64_t kv_rows = local.num_key_value_heads * local.head_dim;
+  return {local.num_attention_heads * local.head_dim, kv_rows, kv_rows};
+}
+
 bool is_fused_part(const std::string& inside) {
   for (const FusedProduct& f : kFusedProducts)
     for (const std::string& part : f.parts)
@@ -193,8 +201,6 @@ int64_t RolloutModel::weight_bytes() const {
 std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
   std::map<std::string, at::Tensor> out = {{"model.embed_tokens.weight", embed_}, {"model.norm.weight", norm_}};
   if (!config_.tie_word_embeddings) out["lm_head.weight"] = unpacked_weight(head_);
-  // A fused product's rows, back into its parts: q, k and v by their heads, gate and up halves.
-  const int64_t q_rows = local_.num_attention_heads * local_.head_dim, kv_rows = local_.num_key_value_heads * local_.head_dim;
   for (size_t i = 0; i < layers_.size(); ++i) {
     for (const auto& [name, t] : layers_[i]) {
       const std::string prefix = cat("model.layers.", i, ".");
@@ -205,11 +211,10 @@ std::map<std::string, at::Tensor> RolloutModel::named_slices() const {
         out[prefix + name] = unpacked_weight(t);
         continue;
       }
+      // A fused product's rows, back into its parts.
       const std::string kind = name.substr(std::string(fused->name).size());  // ".weight" or ".bias"
       const at::Tensor whole = unpacked_weight(t);
-      const std::vector<int64_t> rows = fused->parts.size() == 3 ? std::vector<int64_t>{q_rows, kv_rows, kv_rows}
-                                                                 : std::vector<int64_t>{whole.size(0) / 2, whole.size(0) / 2};
-      const std::vector<at::Tensor> pieces = whole.split_with_sizes(rows);
+      const std::vector<at::Tensor> pieces = whole.split_with_sizes(part_rows(*fused, local_, whole.size(0)));
       for (size_t p = 0; p < pieces.size(); ++p) out[prefix + fused->parts[p] + kind] = pieces[p];
     }
   }
