@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "areal/model/brgemm_attention.h"
 #include "areal/model/mixed_attention.h"
 #include "areal/model/packed_weights.h"
 #include "areal/model/rms_norm.h"
@@ -110,8 +111,9 @@ at::Tensor embed_tokens(const ModelConfig& c, const at::Tensor& weight, const at
 
 // On the CPU torch's bfloat16 flash-attention backward costs 2-3x its float32 one on short
 // sequences (about even at 192 keys, faster beyond; docs/training.md, "Precision"): a
-// forward that will be back-propagated over fewer keys runs its backward in float32
-// (mixed_attention.h; with a mask, forward and backward in float32). float16 alike.
+// forward that will be back-propagated over fewer keys keeps float32's precision inside:
+// packed rows on the matrix units (brgemm_attention.h) or with a float32 backward
+// (mixed_attention.h); with a mask, forward and backward in float32. float16 alike.
 static bool backward_in_float32(const at::Tensor& q, const at::Tensor& k) {
   constexpr int64_t kFloatBelowKeys = 192;
   return q.device().is_cpu() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
@@ -132,7 +134,8 @@ at::Tensor attend(const ModelConfig& c, const at::Tensor& q, const at::Tensor& k
   if (c.attn_logit_softcapping <= 0) {
     const std::optional<at::Tensor> allowed = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
     if (backward_in_float32(q, k)) {
-      if (causal && !mask.defined()) return mixed_precision_attention(q, k, v, scale);  // packed rows
+      if (causal && !mask.defined())  // packed rows
+        return brgemm_attention_runs(q, k, v) ? brgemm_attention(q, k, v, scale) : mixed_precision_attention(q, k, v, scale);
       return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), allowed, 0.0,
                                               causal, scale, gqa)
           .to(q.scalar_type());

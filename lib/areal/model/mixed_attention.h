@@ -1,6 +1,7 @@
 // Causal attention for a training forward over short sequences in bfloat16 (or float16)
 // on the CPU: torch's flash-attention forward in the input's dtype, its backward in
-// float32 (an autograd function).
+// float32 (an autograd function). Where the CPU has bfloat16 matrix units,
+// brgemm_attention.h runs bfloat16 instead.
 //
 // On the CPU torch's bfloat16 flash-attention backward costs 2-3x its float32 one below
 // about 192 keys (docs/training.md, "Precision"), while its bfloat16 forward is faster

@@ -13,6 +13,7 @@
 
 #include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
+#include "areal/util/vector_exp.h"
 
 namespace areal {
 namespace {
@@ -103,13 +104,10 @@ AREAL_VECTOR_CLONES void block_accumulate(const float* __restrict probs, int64_t
   }
 }
 
-// s[0 .. n) replaced by its softmax. 16 scores at a time: the maximum in lanes; e^x
-// (x = s - max <= 0) as 2^k e^r with x = k ln 2 + r, |r| <= ln 2 / 2, e^r by Cephes'
-// degree-5 polynomial (within 2 ulp of std::exp), 2^k through the exponent bits, x
-// clamped at -87 (e^-87 ~ 1.6e-38: a weight that no longer counts); the last n % 16
-// scores in a lane padded with -87.
+// s[0 .. n) replaced by its softmax, 16 scores at a time: the maximum in lanes, then
+// e^(s - max) (util/vector_exp.h); the last n % 16 scores in a lane padded with
+// max - 87 (a weight of 0).
 AREAL_VECTOR_CLONES void softmax_row(float* __restrict s, int64_t n) {
-  typedef int32_t Ints __attribute__((vector_size(64)));
   constexpr float kLowest = -87.0f;
   const int64_t whole = n / kLanes * kLanes;  // the scores in whole lanes; the rest padded in `tail`
   float most = s[0];
@@ -131,22 +129,7 @@ AREAL_VECTOR_CLONES void softmax_row(float* __restrict s, int64_t n) {
     Lanes x;
     if (at < whole) __builtin_memcpy(&x, s + at, sizeof x);
     else x = tail;
-    x -= most;
-    x = x < kLowest ? kLowest : x;
-    const Lanes scaled = x * 1.44269504088896341f + 0.5f;  // k = floor(x / ln 2 + 1/2)
-    Ints k = __builtin_convertvector(scaled, Ints);
-    k += __builtin_convertvector(k, Lanes) > scaled;  // truncation rounded up below zero: minus 1
-    const Lanes kf = __builtin_convertvector(k, Lanes);
-    const Lanes r = x - kf * 0.693359375f - kf * -2.12194440e-4f;
-    Lanes poly = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    poly = poly * r + 8.3334519073e-3f;
-    poly = poly * r + 4.1665795894e-2f;
-    poly = poly * r + 1.6666665459e-1f;
-    poly = poly * r + 5.0000001201e-1f;
-    const Ints bits = (k + 127) << 23;
-    Lanes two_k;
-    __builtin_memcpy(&two_k, &bits, sizeof two_k);
-    Lanes e = (poly * r * r + r + 1.0f) * two_k;
+    Lanes e = exp_of_nonpositive(x - most);
     if (at < whole) {
       __builtin_memcpy(s + at, &e, sizeof e);
     } else {
