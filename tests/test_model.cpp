@@ -17,9 +17,11 @@
 #include "areal/util/strings.h"
 #include "areal/model/hf_weights.h"
 #include "areal/model/fused_rotary.h"
+#include "areal/model/bfloat16_linear.h"
 #include "areal/model/brgemm_attention.h"
 #include "areal/model/mixed_attention.h"
 #include "areal/model/rms_norm.h"
+#include "areal/model/swiglu.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
@@ -324,6 +326,67 @@ TEST_CASE("model: bfloat16 attention of short rows is as close to float64 as tor
       }
     }
   }
+}
+
+TEST_CASE("model: the bfloat16 linear layer gives at::linear's values and gradients", "[model][norm]") {
+  // Tokens and widths that are not multiples of the transposes' 16 x 16 tiles, and full
+  // tiles; with and without a bias; a frozen weight gets no gradient.
+  at::manual_seed(3);
+  for (const auto& [tokens, in_features, out_features] : std::vector<std::array<int64_t, 3>>{{37, 24, 40}, {96, 64, 48}}) {
+    for (const bool with_bias : {true, false}) {
+      INFO(tokens << " tokens, " << in_features << " -> " << out_features << (with_bias ? ", bias" : ""));
+      const at::Tensor x0 = at::randn({2, tokens, in_features}, at::kDouble), w0 = at::randn({out_features, in_features}, at::kDouble);
+      const at::Tensor b0 = at::randn({out_features}, at::kDouble), dy = at::randn({2, tokens, out_features}, at::kDouble);
+      auto run = [&](bool ours, at::ScalarType type) {
+        auto leaf = [&](const at::Tensor& t) { return t.to(type, false, /*copy=*/true).requires_grad_(); };
+        at::Tensor x = leaf(x0), w = leaf(w0), b = with_bias ? leaf(b0) : at::Tensor();
+        REQUIRE(bfloat16_linear_applies(x, w) == (type == at::kBFloat16));
+        at::Tensor y = ours ? bfloat16_linear(x, w, b) : at::linear(x, w, b.defined() ? std::optional<at::Tensor>(b) : std::nullopt);
+        y.backward(dy.to(type));
+        std::vector<at::Tensor> out{y, x.grad(), w.grad()};
+        if (with_bias) out.push_back(b.grad());
+        for (auto& t : out) t = t.to(at::kDouble);
+        return out;
+      };
+      const auto got = run(true, at::kBFloat16), aten = run(false, at::kBFloat16), exact = run(false, at::kDouble);
+      CHECK(at::equal(got[0], aten[0]));  // the forward is at::linear's
+      for (size_t i = 1; i < got.size(); ++i) {
+        INFO("gradient " << i << " (1: input, 2: weight, 3: bias)");
+        auto error = [&](const at::Tensor& t) { return ((t - exact[i]).norm() / exact[i].norm()).item<double>(); };
+        CHECK(error(got[i]) < 1e-2);
+        CHECK(error(got[i]) <= error(aten[i]) * 1.05 + 1e-4);
+      }
+    }
+  }
+  // A frozen weight (LoRA's base): at::linear's own product, no weight gradient.
+  const at::Tensor frozen = at::randn({8, 16}).to(at::kBFloat16);
+  CHECK_FALSE(bfloat16_linear_applies(at::randn({4, 16}).to(at::kBFloat16).requires_grad_(), frozen));
+}
+
+TEST_CASE("model: generation's fused SwiGLU gives the eager ops' values", "[model][norm]") {
+  // Rows of a fused gate/up product, 2 x 100 values (not a multiple of the 16 lanes), as
+  // a decode step holds them; wide enough (x4) that silu saturates both ways.
+  at::manual_seed(7);
+  const at::Tensor both0 = at::randn({5, 1, 200}, at::kDouble) * 4;
+  const at::Tensor exact = at::silu(both0.narrow(-1, 0, 100)) * both0.narrow(-1, 100, 100);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    INFO(dtype);
+    at::NoGradGuard no_grad;
+    const at::Tensor both = both0.to(dtype);
+    REQUIRE(fuses_swiglu(both));
+    const at::Tensor got = swiglu(both).to(at::kDouble);
+    const at::Tensor eager = (at::silu(both.narrow(-1, 0, 100)) * both.narrow(-1, 100, 100)).to(at::kDouble);
+    REQUIRE(got.sizes() == exact.sizes());
+    const double scale = exact.abs().max().item<double>();
+    if (dtype == at::kFloat) {
+      CHECK((got - exact).abs().max().item<double>() / scale < 1e-6);
+    } else {  // the eager ops' two roundings: equal but where e^x's last bits tip one (one bfloat16 step)
+      CHECK((got - eager).abs().le(eager.abs() * (1.0 / 128) + 1e-30).all().item<bool>());
+      CHECK((got != eager).sum().item<int64_t>() <= 5);
+      CHECK((got - exact).norm().item<double>() <= (eager - exact).norm().item<double>() * 1.05);
+    }
+  }
+  CHECK_FALSE(fuses_swiglu(both0.to(at::kFloat)));  // gradients recorded: training keeps the autograd ops
 }
 
 TEST_CASE("model: the fused rotary embedding gives the eager ops' values and gradients", "[model][norm]") {

@@ -13,7 +13,7 @@
 
 #include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
-#include "areal/util/vector_exp.h"
+#include "areal/util/vector_lanes.h"
 
 namespace areal {
 namespace {
@@ -34,25 +34,27 @@ const at::BFloat16* bf16(const uint16_t* p) { return reinterpret_cast<const at::
 // a row's last lane is read whole, its lanes from n on masked. Probabilities and score
 // gradients leave as their two bfloat16 parts, `hi` and `lo`, zero from n to width.
 
-inline __attribute__((always_inline)) Lanes masked(Lanes x, int64_t at, int64_t n, float fill) {
+// Vectors pass by reference: by value they would change the ABI between the clones.
+inline __attribute__((always_inline)) void mask(Lanes& x, int64_t at, int64_t n, float fill) {
   const Lanes lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return lane < static_cast<float>(n - at) ? x : fill;
+  x = lane < static_cast<float>(n - at) ? x : fill;
 }
 
 // The bfloat16 bits of x rounded to the nearest even (finite x), in the upper half of each word.
-inline __attribute__((always_inline)) Words rounded(Words w) { return (w + 0x7fffu + ((w >> 16) & 1u)) & 0xffff0000u; }
+inline __attribute__((always_inline)) void round_bits(Words& w) { w = (w + 0x7fffu + ((w >> 16) & 1u)) & 0xffff0000u; }
 
 // x = hi + lo: hi = x rounded to bfloat16, lo = the rest rounded likewise (hi + lo within
 // 2^-16 of x, relatively); 16 of each stored.
-inline __attribute__((always_inline)) void store_split(Lanes x, uint16_t* hi, uint16_t* lo) {
-  Words w, r;
-  __builtin_memcpy(&w, &x, sizeof w);
-  const Words high = rounded(w);
+inline __attribute__((always_inline)) void store_split(const Lanes& x, uint16_t* hi, uint16_t* lo) {
+  Words high, r;
+  __builtin_memcpy(&high, &x, sizeof high);
+  round_bits(high);
   Lanes h;
   __builtin_memcpy(&h, &high, sizeof h);
   const Lanes rest = x - h;
   __builtin_memcpy(&r, &rest, sizeof r);
-  const Halves hi16 = __builtin_convertvector(high >> 16, Halves), lo16 = __builtin_convertvector(rounded(r) >> 16, Halves);
+  round_bits(r);
+  const Halves hi16 = __builtin_convertvector(high >> 16, Halves), lo16 = __builtin_convertvector(r >> 16, Halves);
   __builtin_memcpy(hi, &hi16, sizeof hi16);
   __builtin_memcpy(lo, &lo16, sizeof lo16);
 }
@@ -71,7 +73,8 @@ AREAL_VECTOR_CLONES float causal_softmax(float* __restrict s, int64_t n, float s
   for (int64_t at = 0; at < n; at += kLanes) {
     Lanes x;
     __builtin_memcpy(&x, s + at, sizeof x);
-    x = masked(x * scale, at, n, kLowest);
+    x *= scale;
+    mask(x, at, n, kLowest);
     top = at == 0 ? x : (x > top ? x : top);
   }
   float most = top[0];
@@ -80,7 +83,9 @@ AREAL_VECTOR_CLONES float causal_softmax(float* __restrict s, int64_t n, float s
   for (int64_t at = 0; at < n; at += kLanes) {
     Lanes x;
     __builtin_memcpy(&x, s + at, sizeof x);
-    const Lanes e = masked(exp_of_nonpositive(x * scale - most), at, n, 0.0f);
+    Lanes e = x * scale - most;
+    exp_of_nonpositive(e);
+    mask(e, at, n, 0.0f);
     __builtin_memcpy(s + at, &e, sizeof e);
     total += e;
   }
@@ -102,7 +107,9 @@ AREAL_VECTOR_CLONES void causal_probabilities(float* __restrict s, int64_t n, fl
   for (int64_t at = 0; at < n; at += kLanes) {
     Lanes x;
     __builtin_memcpy(&x, s + at, sizeof x);
-    const Lanes e = masked(exp_of_nonpositive(x * scale - lse), at, n, 0.0f);
+    Lanes e = x * scale - lse;
+    exp_of_nonpositive(e);
+    mask(e, at, n, 0.0f);
     __builtin_memcpy(s + at, &e, sizeof e);
     store_split(e, hi + at, lo + at);
   }
@@ -137,26 +144,6 @@ AREAL_VECTOR_CLONES float bfloat16_dot(const uint16_t* __restrict a, const uint1
   float sum = 0;
   for (int64_t k = 0; k < kLanes; ++k) sum += acc[k];
   return sum;
-}
-
-// to [cols, rows] = the transpose of from [rows, cols], both multiples of 16, tile by
-// tile: a 16 x 16 tile is transposed by four rounds of interleaving row i with row i + 8
-// (each round rotates the bits of (row, column) by one; four rotate row and column).
-AREAL_VECTOR_CLONES void transpose(const uint16_t* __restrict from, int64_t rows, int64_t cols, uint16_t* __restrict to) {
-  for (int64_t r0 = 0; r0 < rows; r0 += kLanes)
-    for (int64_t c0 = 0; c0 < cols; c0 += kLanes) {
-      Halves tile[kLanes], next[kLanes];
-      for (int64_t i = 0; i < kLanes; ++i) __builtin_memcpy(&tile[i], from + (r0 + i) * cols + c0, sizeof(Halves));
-      for (int round = 0; round < 4; ++round) {
-        for (int i = 0; i < 8; ++i) {
-          next[2 * i] = __builtin_shufflevector(tile[i], tile[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-          next[2 * i + 1] =
-              __builtin_shufflevector(tile[i], tile[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-        }
-        for (int i = 0; i < kLanes; ++i) tile[i] = next[i];
-      }
-      for (int64_t i = 0; i < kLanes; ++i) __builtin_memcpy(to + (c0 + i) * rows + r0, &tile[i], sizeof(Halves));
-    }
 }
 
 // ---- Matrices of one item ----
@@ -231,6 +218,11 @@ void gather(const HeadRows& x, int64_t b, int64_t head, int64_t g, const Shape& 
   for (int64_t h = 0; h < g; ++h)
     for (int64_t t = 0; t < s.T; ++t) std::memcpy(rows + (h * s.T + t) * s.D, x.row(b, head + h, t), s.D * sizeof(uint16_t));
   std::fill(rows + g * s.T * s.D, rows + padded * s.D, uint16_t{0});
+}
+
+// to [cols, rows] = the transpose of from [rows, cols].
+void transpose(const uint16_t* from, int64_t rows, int64_t cols, uint16_t* to) {
+  transpose_bfloat16(from, rows, cols, cols, to, rows);
 }
 
 // The scores q k^T of the item, float32 [M, Tp], in w.s.

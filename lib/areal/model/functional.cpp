@@ -8,11 +8,13 @@
 #include <optional>
 #include <stdexcept>
 
+#include "areal/model/bfloat16_linear.h"
 #include "areal/model/brgemm_attention.h"
 #include "areal/model/mixed_attention.h"
 #include "areal/model/packed_weights.h"
 #include "areal/model/rms_norm.h"
 #include "areal/model/rotary.h"
+#include "areal/model/swiglu.h"
 #include "areal/model/transformer.h"
 #include "areal/util/strings.h"
 
@@ -381,7 +383,9 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   const int64_t batch = x.size(0), length = x.size(1);
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, head_dim = c.head_dim;
   auto linear = [&](const at::Tensor& in, const std::string& name) {
-    at::Tensor out = linear_product(in, w(name + ".weight"), w(name + ".bias"));
+    const at::Tensor weight = w(name + ".weight"), bias = w(name + ".bias");
+    at::Tensor out = bfloat16_linear_applies(in, weight) ? bfloat16_linear(in, weight, bias)
+                                                         : linear_product(in, weight, bias);
     if (at::Tensor a = w(name + ".lora_A.weight"); a.defined())
       out = out + at::linear(at::linear(in, a), w(name + ".lora_B.weight")) * lora_scale;
     return out;
@@ -456,17 +460,21 @@ at::Tensor decoder_layer(const ModelConfig& c, int64_t layer, const LayerWeights
   if (c.layer_is_sparse(layer)) {
     mlp = expert_mixture(c, w, m, linear, router, attention.present, choices, parallel.experts);
   } else {
-    at::Tensor gate, up;
+    at::Tensor gate, up, gated;
     if (w("mlp.gate_up_proj.weight").defined()) {  // fused as q, k and v above
       const at::Tensor both = linear(m, "mlp.gate_up_proj");
-      gate = both.narrow(-1, 0, both.size(-1) / 2);
-      up = both.narrow(-1, both.size(-1) / 2, both.size(-1) / 2);
+      if (!c.gemma && fuses_swiglu(both)) {
+        gated = swiglu(both);  // generation on the CPU: one pass
+      } else {
+        gate = both.narrow(-1, 0, both.size(-1) / 2);
+        up = both.narrow(-1, both.size(-1) / 2, both.size(-1) / 2);
+      }
     } else {
       gate = linear(m, "mlp.gate_proj");
       up = linear(m, "mlp.up_proj");
     }
-    gate = c.gemma ? at::gelu(gate, "tanh") : at::silu(gate);
-    mlp = linear(gate * up, "mlp.down_proj");
+    if (!gated.defined()) gated = (c.gemma ? at::gelu(gate, "tanh") : at::silu(gate)) * up;
+    mlp = linear(gated, "mlp.down_proj");
   }
   if (reduce) reduce(mlp);
   if (c.gemma) mlp = model_norm(c, mlp, w("post_feedforward_layernorm.weight"));

@@ -9,22 +9,13 @@
 
 #include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
+#include "areal/util/vector_lanes.h"
 
 namespace areal {
 namespace {
 
 typedef float Lanes __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
-
-// Rounds each lane to bfloat16 and back (round to nearest even; a NaN stays a NaN).
-// Inline: a helper by reference is inlined into the caller's target clone.
-inline __attribute__((always_inline)) void round_lanes(Lanes& v) {
-  typedef uint32_t Words __attribute__((vector_size(64)));
-  Words word;
-  __builtin_memcpy(&word, &v, sizeof word);
-  word = ((word & 0x7fffffffu) > 0x7f800000u ? word : word + 0x7fffu + ((word >> 16) & 1u)) & 0xffff0000u;
-  __builtin_memcpy(&v, &word, sizeof v);
-}
 
 // One row of D = 2 * half values:
 //   forward:  out = x c + r(x) s,      r(x) = (-x[half:], x[:half])
@@ -44,10 +35,10 @@ AREAL_VECTOR_CLONES void rotate_row(const float* __restrict x, const float* __re
     Lanes a_lo = lo * c_lo, a_hi = hi * c_hi;
     Lanes b_lo = backward ? hi * s_hi : -hi * s_lo, b_hi = backward ? -(lo * s_lo) : lo * s_hi;
     if (round) {
-      round_lanes(a_lo);
-      round_lanes(a_hi);
-      round_lanes(b_lo);
-      round_lanes(b_hi);
+      round_to_bfloat16(a_lo);
+      round_to_bfloat16(a_hi);
+      round_to_bfloat16(b_lo);
+      round_to_bfloat16(b_hi);
     }
     a_lo += b_lo;
     a_hi += b_hi;
@@ -57,7 +48,7 @@ AREAL_VECTOR_CLONES void rotate_row(const float* __restrict x, const float* __re
   for (; j < half; ++j) {
     Lanes v = {x[j] * c[j], x[half + j] * c[half + j], backward ? x[half + j] * s[half + j] : -x[half + j] * s[j],
                backward ? -(x[j] * s[j]) : x[j] * s[half + j]};
-    if (round) round_lanes(v);
+    if (round) round_to_bfloat16(v);
     out[j] = v[0] + v[2];
     out[half + j] = v[1] + v[3];
   }

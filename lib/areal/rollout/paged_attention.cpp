@@ -13,7 +13,7 @@
 
 #include "areal/util/bfloat16_rows.h"
 #include "areal/util/vector_clones.h"
-#include "areal/util/vector_exp.h"
+#include "areal/util/vector_lanes.h"
 
 namespace areal {
 namespace {
@@ -129,7 +129,8 @@ AREAL_VECTOR_CLONES void softmax_row(float* __restrict s, int64_t n) {
     Lanes x;
     if (at < whole) __builtin_memcpy(&x, s + at, sizeof x);
     else x = tail;
-    Lanes e = exp_of_nonpositive(x - most);
+    Lanes e = x - most;
+    exp_of_nonpositive(e);
     if (at < whole) {
       __builtin_memcpy(s + at, &e, sizeof e);
     } else {

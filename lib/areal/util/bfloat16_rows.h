@@ -18,6 +18,11 @@ void narrow_to_bfloat16(const float* from, uint16_t* to, int64_t n);
 // of a float32 tensor keeps).
 void round_to_bfloat16(float* v, int64_t n);
 
+// to [cols, rows] (row stride to_stride) = the transpose of from [rows, cols] (row
+// stride from_stride), 16 x 16 tiles at a time, the edges one value at a time.
+void transpose_bfloat16(const uint16_t* from, int64_t rows, int64_t cols, int64_t from_stride, uint16_t* to,
+                        int64_t to_stride);
+
 // `n` values at `from`, bfloat16 (with `bfloat16`) or float32, as float32 in `to`; and
 // float32 values written back in either.
 void read_floats(const void* from, bool bfloat16, int64_t n, float* to);
