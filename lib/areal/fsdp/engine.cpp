@@ -359,6 +359,19 @@ void start_backward_gathers(FsdpEngine& engine, const ForwardRecord& record, siz
 void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at::Tensor& target,
                           const std::function<void(size_t, at::Tensor)>& fill,
                           std::optional<size_t> local_unit = std::nullopt) {
+  if (engine.comm().world_size() == 1 && !local_unit && !target.grad().defined() &&
+      engine.grad_reduce_dtype() == at::kFloat) {
+    // A step's first gradient of the shard (zero_grad leaves none) is the flat gradient
+    // itself: written in place into the float32 storage kept for it, no block to add.
+    at::Tensor grad = engine.kept_gradient(target);
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const ParamSlot& slot = layout.params[i];
+      fill(i, grad.narrow(0, slot.offset, slot.numel).view(slot.shape));
+    }
+    grad.narrow(0, layout.numel, layout.padded_numel - layout.numel).zero_();
+    target.mutable_grad() = grad;
+    return;
+  }
   const at::Device device = engine.model().shard(0).device();
   at::Tensor block = engine.buffers().acquire(layout.padded_numel, engine.grad_reduce_dtype(), device);
   at::Tensor flat = block.narrow(0, 0, layout.padded_numel);
@@ -377,7 +390,7 @@ void reduce_unit_gradient(FsdpEngine& engine, const UnitLayout& layout, const at
   }
   if (engine.comm().world_size() == 1) {  // the flat gradient is the shard's: no reduction
     // Added into the gradient from a pooled block (a fresh buffer per use would fault in
-    // every page again); only the first use of a shard gets a gradient tensor of its own.
+    // every page again).
     if (target.grad().defined()) target.mutable_grad().add_(flat);
     else target.mutable_grad() = flat.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     engine.buffers().release(std::move(block));
@@ -550,6 +563,12 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 };
 
 }  // namespace
+
+at::Tensor FsdpEngine::kept_gradient(const at::Tensor& shard) {
+  at::Tensor& kept = kept_gradients_[shard.unsafeGetTensorImpl()];
+  if (!kept.defined()) kept = at::empty(shard.sizes(), shard.options().dtype(at::kFloat));
+  return kept;
+}
 
 std::unique_ptr<FsdpEngine> make_engine(const Config& cfg, ShardedModel& model, Communicator& comm) {
   auto engine = std::make_unique<FsdpEngine>(model, comm, dtype_from_name(cfg.actor.dtype),

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <unordered_map>
 
 #include "areal/config/config.h"
 #include "areal/dist/communicator.h"
@@ -124,6 +125,10 @@ class FsdpEngine {
 
   // Gathered-weight and gradient buffers, kept between uses (buffer_pool.h).
   BufferPool& buffers() { return *buffers_; }
+  // On one rank, a shard's float32 gradient storage, kept between steps: a step's first
+  // gradient of the shard is written into it in place (a fresh tensor each step would
+  // fault its pages in again).
+  at::Tensor kept_gradient(const at::Tensor& shard);
   // The collectives in flight beside the compute (overlap.h).
   Overlap& overlap() { return *overlap_; }
   // Called from a unit's backward: at the end of this backward pass, the pending
@@ -151,6 +156,7 @@ class FsdpEngine {
   std::shared_ptr<ContextParallelism> context_;
   std::shared_ptr<TensorParallelism> tensor_;
   RouterStats router_stats_;
+  std::unordered_map<const void*, at::Tensor> kept_gradients_;  // by the shard's TensorImpl
 
   void finish_overlap();
   void finish_router_tallies(ForwardRecord& record);

@@ -56,8 +56,7 @@ StepResult ShardedAdamW::step(double lr) {
 }
 
 void ShardedAdamW::zero_grad() {
-  for (auto& s : shards_)
-    if (s.grad().defined()) s.mutable_grad().zero_();
+  for (auto& s : shards_) s.mutable_grad() = at::Tensor();
 }
 
 }  // namespace areal

@@ -26,6 +26,8 @@ class ShardedAdamW {
   // Clips (optimizer.gradient_clipping > 0) and updates every shard with `lr`, the
   // same arithmetic as torch.optim.AdamW. Collective (the norm is global).
   StepResult step(double lr);
+  // Leaves the shards without gradients, as torch's zero_grad() (set_to_none): a shard
+  // that no backward reaches before the next step is left out of it, as torch.optim does.
   void zero_grad();
   int64_t steps_taken() const { return step_; }
 
