@@ -65,6 +65,16 @@ void clear_tail(uint16_t* hi, uint16_t* lo, int64_t n, int64_t width) {
   std::fill(lo + from, lo + width, uint16_t{0});
 }
 
+// e <- e^(s[at ..] * scale - shift), its lanes from n on 0, and back into s.
+inline __attribute__((always_inline)) void shifted_exp(float* s, int64_t at, int64_t n, float scale, float shift,
+                                                      Lanes& e) {
+  __builtin_memcpy(&e, s + at, sizeof e);
+  e = e * scale - shift;
+  exp_of_nonpositive(e);
+  mask(e, at, n, 0.0f);
+  __builtin_memcpy(s + at, &e, sizeof e);
+}
+
 // softmax(s[0 .. n) * scale) into hi and lo; returns log(sum(e^(s * scale))).
 AREAL_VECTOR_CLONES float causal_softmax(float* __restrict s, int64_t n, float scale, int64_t width,
                                          uint16_t* __restrict hi, uint16_t* __restrict lo) {
@@ -81,12 +91,8 @@ AREAL_VECTOR_CLONES float causal_softmax(float* __restrict s, int64_t n, float s
   for (int64_t k = 1; k < kLanes; ++k) most = std::max(most, top[k]);
   Lanes total = {};
   for (int64_t at = 0; at < n; at += kLanes) {
-    Lanes x;
-    __builtin_memcpy(&x, s + at, sizeof x);
-    Lanes e = x * scale - most;
-    exp_of_nonpositive(e);
-    mask(e, at, n, 0.0f);
-    __builtin_memcpy(s + at, &e, sizeof e);
+    Lanes e;
+    shifted_exp(s, at, n, scale, most, e);
     total += e;
   }
   float sum = 0;
@@ -105,12 +111,8 @@ AREAL_VECTOR_CLONES float causal_softmax(float* __restrict s, int64_t n, float s
 AREAL_VECTOR_CLONES void causal_probabilities(float* __restrict s, int64_t n, float scale, float lse, int64_t width,
                                               uint16_t* __restrict hi, uint16_t* __restrict lo) {
   for (int64_t at = 0; at < n; at += kLanes) {
-    Lanes x;
-    __builtin_memcpy(&x, s + at, sizeof x);
-    Lanes e = x * scale - lse;
-    exp_of_nonpositive(e);
-    mask(e, at, n, 0.0f);
-    __builtin_memcpy(s + at, &e, sizeof e);
+    Lanes e;
+    shifted_exp(s, at, n, scale, lse, e);
     store_split(e, hi + at, lo + at);
   }
   clear_tail(hi, lo, n, width);
