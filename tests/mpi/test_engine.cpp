@@ -698,6 +698,44 @@ TEST_CASE("engine: gradients accumulate over micro-batches", "[mpi][engine]") {
     CHECK(at::allclose(init.model->shard(u).grad(), whole[u], 1e-4, 1e-7));
 }
 
+TEST_CASE("engine: after zero_grad a backward's gradients replace the last step's, not add to them", "[mpi][engine][optim]") {
+  // One rank writes a step's first gradient into storage kept from the step before
+  // (FsdpEngine::kept_gradient): the same batch twice, zero_grad between, gives the
+  // same gradients, and a second backward without zero_grad adds.
+  Config cfg;
+  cfg.model_path = kFixtures + "/qwen2_untied";
+  cfg.device = "cpu";
+  InitResult init = staged_init(cfg, g_me, *g_comm);
+  FsdpEngine engine(*init.model, *g_comm, at::kFloat, at::kFloat);
+  std::vector<at::Tensor> shards;
+  for (size_t u = 0; u < init.model->units().size(); ++u) shards.push_back(init.model->shard(u));
+  ShardedAdamW optimizer(shards, cfg.optimizer, *g_comm);
+  at::Tensor ids = at::randint(init.model->config().vocab_size, {2, 7},
+                               at::make_generator<at::CPUGeneratorImpl>(g_me.rank + 3), at::kLong);
+  auto backward = [&] { next_token_loss(engine.forward(ids), ids).backward(); };
+  backward();
+  std::vector<at::Tensor> first;
+  for (const at::Tensor& shard : shards) first.push_back(shard.grad().clone());
+  optimizer.zero_grad();
+  for (const at::Tensor& shard : shards) CHECK_FALSE(shard.grad().defined());
+  backward();
+  for (size_t u = 0; u < shards.size(); ++u) CHECK(at::equal(shards[u].grad(), first[u]));
+  backward();
+  for (size_t u = 0; u < shards.size(); ++u) CHECK(at::allclose(shards[u].grad(), first[u] * 2, 1e-5, 1e-7));
+}
+
+TEST_CASE("optimizer: a shard without a gradient is left out of the step, as torch.optim leaves it", "[mpi][optim]") {
+  at::Tensor trained = at::ones({4}, at::kFloat).requires_grad_(true), idle = at::ones({3}, at::kFloat).requires_grad_(true);
+  OptimizerConfig config;
+  config.weight_decay = 0.1;  // would move the idle shard were it stepped with a zero gradient
+  ShardedAdamW optimizer({trained, idle}, config, *g_comm);
+  trained.mutable_grad() = at::full({4}, 0.5);
+  const StepResult result = optimizer.step(0.1);
+  CHECK_FALSE(result.skipped);
+  CHECK_FALSE(at::equal(trained.detach(), at::ones({4})));
+  CHECK(at::equal(idle.detach(), at::ones({3})));
+}
+
 TEST_CASE("engine: weights after 5 AdamW steps (clipped, decayed) equal a single-process run", "[mpi][engine][optim]") {
   const std::string path = kFixtures + "/qwen2_tied";
   Config cfg;
