@@ -40,21 +40,18 @@ inline __attribute__((always_inline)) void mask(Lanes& x, int64_t at, int64_t n,
   x = lane < static_cast<float>(n - at) ? x : fill;
 }
 
-// The bfloat16 bits of x rounded to the nearest even (finite x), in the upper half of each word.
-inline __attribute__((always_inline)) void round_bits(Words& w) { w = (w + 0x7fffu + ((w >> 16) & 1u)) & 0xffff0000u; }
-
 // x = hi + lo: hi = x rounded to bfloat16, lo = the rest rounded likewise (hi + lo within
 // 2^-16 of x, relatively); 16 of each stored.
 inline __attribute__((always_inline)) void store_split(const Lanes& x, uint16_t* hi, uint16_t* lo) {
-  Words high, r;
-  __builtin_memcpy(&high, &x, sizeof high);
-  round_bits(high);
-  Lanes h;
-  __builtin_memcpy(&h, &high, sizeof h);
-  const Lanes rest = x - h;
-  __builtin_memcpy(&r, &rest, sizeof r);
-  round_bits(r);
-  const Halves hi16 = __builtin_convertvector(high >> 16, Halves), lo16 = __builtin_convertvector(r >> 16, Halves);
+  Lanes high = x;
+  round_to_bfloat16(high);
+  Lanes rest = x - high;
+  round_to_bfloat16(rest);
+  Words high_bits, rest_bits;  // a rounded float's bfloat16 is its upper half
+  __builtin_memcpy(&high_bits, &high, sizeof high_bits);
+  __builtin_memcpy(&rest_bits, &rest, sizeof rest_bits);
+  const Halves hi16 = __builtin_convertvector(high_bits >> 16, Halves);
+  const Halves lo16 = __builtin_convertvector(rest_bits >> 16, Halves);
   __builtin_memcpy(hi, &hi16, sizeof hi16);
   __builtin_memcpy(lo, &lo16, sizeof lo16);
 }
